@@ -1,0 +1,35 @@
+# The two entry points of the README: `make fuzz` (the main job) and `make test`.
+# Both create .venv when it is missing and install the project into it.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: install fuzz test lint typecheck crosshair bench clean
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(BIN)/.installed
+
+fuzz: install
+	$(BIN)/asynclookup model-check --keys 1 --requests 2
+	$(BIN)/asynclookup model-check --keys 2 --requests 1
+
+lint: install
+	$(BIN)/ruff check spec reference tests bench
+
+typecheck: install
+	$(BIN)/mypy --strict spec reference tests
+
+test: install
+	$(BIN)/python -m pytest -q
+	$(MAKE) --no-print-directory typecheck lint
+
+bench: install
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

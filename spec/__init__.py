@@ -1,0 +1,65 @@
+"""asynclookup.spec: the async lookup protocol as a pure state machine.
+
+Public names are re-exported here; the implementation lives in ``spec.core``
+(the state machine) and ``spec.properties`` (the properties of PROTOCOL.md).
+"""
+
+from spec.core import (
+    INITIAL,
+    Action,
+    Cleanup,
+    Drain,
+    Entry,
+    Flush,
+    FlushOutput,
+    Lookup,
+    MarkMiss,
+    MarkPresent,
+    Phase,
+    Post,
+    Probe,
+    ProbeGroup,
+    ProtocolError,
+    Result,
+    Shutdown,
+    State,
+    TakeBatch,
+    TierCall,
+    Transition,
+    TRANSITIONS,
+    enabled,
+    step,
+)
+from spec.properties import ALWAYS, SOMETIMES, Property, quiescent, violated
+
+__all__ = [
+    "ALWAYS",
+    "INITIAL",
+    "SOMETIMES",
+    "TRANSITIONS",
+    "Action",
+    "Cleanup",
+    "Drain",
+    "Entry",
+    "Flush",
+    "FlushOutput",
+    "Lookup",
+    "MarkMiss",
+    "MarkPresent",
+    "Phase",
+    "Post",
+    "Probe",
+    "ProbeGroup",
+    "Property",
+    "ProtocolError",
+    "Result",
+    "Shutdown",
+    "State",
+    "TakeBatch",
+    "TierCall",
+    "Transition",
+    "enabled",
+    "quiescent",
+    "step",
+    "violated",
+]

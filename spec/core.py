@@ -1,0 +1,532 @@
+"""The async lookup protocol as a pure, executable state machine.
+
+Theory of operation
+-------------------
+A scheduler thread asks, for block keys, "is this block in the slow tier?".
+Each question is a *probe*, identified by a *generation* drawn from a counter
+that never repeats.  A probe is PENDING while it sits in the step's batch,
+IN_FLIGHT once ``flush`` has handed the batch to the worker, and RESOLVED once a
+verdict is applied.  The worker takes one batch at a time, asks the tier once
+per request group, and posts ``(key, generation, verdict)`` results; the
+scheduler applies posted results only inside ``lookup``, ``flush``, ``drain``
+and ``shutdown``.
+
+Every result and every batch entry carries the generation it was made for.
+The one rule that makes the protocol safe is: *an entry or a result whose key
+has no state, or a state of another generation, is stale and is ignored*.
+``flush`` re-validates its batch (the seed bug, vLLM #55823), ``drain``
+re-validates results (vLLM #54872).
+
+This module knows nothing of threads, queues, clocks or I/O.  A ``State`` is an
+immutable value; each action is a frozen dataclass; each action has one pure
+function ``name(state, action) -> (state, output)`` and an enabling predicate
+``name_enabled(state, action)``.  ``step`` dispatches through a table, so the
+model checker and the tests can swap one action's function for a broken one.
+A disabled action raises ``ProtocolError``; nothing is silently ignored.
+
+Contracts (PEP 316, checked by CrossHair) say what each action guarantees; the
+named properties of PROTOCOL.md live in ``spec.properties``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeAlias
+
+Key: TypeAlias = bytes
+RequestId: TypeAlias = str
+Generation: TypeAlias = int
+Verdict: TypeAlias = bool | None
+
+
+class ProtocolError(Exception):
+    """An action was applied to a state in which it is not enabled."""
+
+
+class Phase(enum.Enum):
+    """Where a probe is in its life."""
+
+    PENDING = "PENDING"  # in this step's batch, not yet sent
+    IN_FLIGHT = "IN_FLIGHT"  # sent to the worker, no verdict applied
+    RESOLVED = "RESOLVED"  # a verdict is applied
+
+    def __repr__(self) -> str:
+        return f"Phase.{self.name}"
+
+
+class Probe(NamedTuple):
+    """The lookup state of one key."""
+
+    generation: Generation
+    phase: Phase
+    verdict: Verdict
+    requesters: frozenset[RequestId]
+
+
+class Entry(NamedTuple):
+    """A batch entry: a key, the request it was batched with, its generation."""
+
+    key: Key
+    request: RequestId
+    generation: Generation
+
+
+class Result(NamedTuple):
+    """A verdict computed by the worker for one generation of one key."""
+
+    key: Key
+    generation: Generation
+    verdict: bool
+
+
+class State(NamedTuple):
+    """The whole protocol state: scheduler tables, worker pipeline, flags."""
+
+    probes: tuple[tuple[Key, Probe], ...] = ()  # sorted by key
+    index: tuple[tuple[RequestId, frozenset[Key]], ...] = ()  # request -> keys
+    next_generation: Generation = 0
+    batch: tuple[Entry, ...] = ()  # this step's entries, not yet flushed
+    queue: tuple[tuple[Entry, ...], ...] = ()  # flushed batches, not yet taken
+    held: tuple[Entry, ...] = ()  # the worker's batch in hand, not yet probed
+    answered: tuple[Result, ...] = ()  # probed by the worker, not yet posted
+    posted: tuple[Result, ...] = ()  # posted, not yet applied
+    drain_due: bool = False  # a flush happened and no drain since
+    stopped: bool = False
+
+
+INITIAL = State()
+
+
+# -- table helpers (pure; every update builds new tuples) ---------------------
+
+
+def probe_of(state: State, key: Key) -> Probe | None:
+    """The probe of ``key``, or None when the key has no state."""
+    for k, probe in state.probes:
+        if k == key:
+            return probe
+    return None
+
+
+def keys_of(state: State, request: RequestId) -> frozenset[Key]:
+    """The keys ``request`` is a requester of."""
+    for r, keys in state.index:
+        if r == request:
+            return keys
+    return frozenset()
+
+
+def _set_probe(
+    probes: tuple[tuple[Key, Probe], ...], key: Key, probe: Probe | None
+) -> tuple[tuple[Key, Probe], ...]:
+    rest = [(k, p) for k, p in probes if k != key]
+    if probe is not None:
+        rest.append((key, probe))
+        rest.sort(key=lambda kp: kp[0])
+    return tuple(rest)
+
+
+def _set_keys(
+    index: tuple[tuple[RequestId, frozenset[Key]], ...],
+    request: RequestId,
+    keys: frozenset[Key],
+) -> tuple[tuple[RequestId, frozenset[Key]], ...]:
+    rest = [(r, ks) for r, ks in index if r != request]
+    if keys:
+        rest.append((request, keys))
+        rest.sort(key=lambda rk: rk[0])
+    return tuple(rest)
+
+
+def group_of(held: tuple[Entry, ...]) -> tuple[Entry, ...]:
+    """The worker's next tier call: the held entries of the first one's request."""
+    if not held:
+        return ()
+    request = held[0].request
+    return tuple(e for e in held if e.request == request)
+
+
+# -- actions (data) ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """Scheduler: is ``key`` in the tier?  Asked on behalf of ``request``."""
+
+    key: Key
+    request: RequestId
+
+
+@dataclass(frozen=True)
+class Flush:
+    """Scheduler: end of step; submit the re-validated batch to the worker."""
+
+
+@dataclass(frozen=True)
+class Cleanup:
+    """Scheduler: ``request`` finished or was cancelled."""
+
+    request: RequestId
+
+
+@dataclass(frozen=True)
+class MarkMiss:
+    """Scheduler: a load of these keys failed; resolved probes become False."""
+
+    keys: tuple[Key, ...]
+
+
+@dataclass(frozen=True)
+class MarkPresent:
+    """Scheduler: a store of these keys succeeded; newer than any probe."""
+
+    keys: tuple[Key, ...]
+
+
+@dataclass(frozen=True)
+class Drain:
+    """Scheduler: apply every posted result (``drain_results``)."""
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """Scheduler: stop and join the worker, apply posted results. Idempotent."""
+
+
+@dataclass(frozen=True)
+class TakeBatch:
+    """Worker: take the oldest submitted batch from the queue."""
+
+
+@dataclass(frozen=True)
+class ProbeGroup:
+    """Worker: one tier call for the next request group of the held batch.
+
+    ``answers`` holds one verdict per key of the group, in order; None means
+    the tier failed (raised, answered the wrong length): every key gets False.
+    """
+
+    answers: tuple[bool, ...] | None
+
+
+@dataclass(frozen=True)
+class Post:
+    """Worker: post the answered results to the scheduler."""
+
+
+Action: TypeAlias = (
+    Lookup | Flush | Cleanup | MarkMiss | MarkPresent | Drain | Shutdown
+    | TakeBatch | ProbeGroup | Post
+)
+SCHEDULER_ACTIONS = (Lookup, Flush, Cleanup, MarkMiss, MarkPresent, Drain, Shutdown)
+WORKER_ACTIONS = (TakeBatch, ProbeGroup, Post)
+
+
+class FlushOutput(NamedTuple):
+    """What ``flush`` submitted to the worker and what it dropped as stale."""
+
+    submitted: tuple[Entry, ...]
+    dropped: tuple[Entry, ...]
+
+
+class TierCall(NamedTuple):
+    """One tier call made by ``ProbeGroup``: the keys and whose context."""
+
+    keys: tuple[Key, ...]
+    request: RequestId
+
+
+Output: TypeAlias = Verdict | FlushOutput | TierCall
+
+
+# -- applying results: shared by lookup, flush, drain and shutdown -------------
+
+
+def apply_posted(state: State) -> State:
+    """Apply every posted result; the only place a verdict from the worker lands.
+
+    post: __return__.posted == ()
+    post: not __return__.drain_due
+    """
+    probes = state.probes
+    for result in state.posted:
+        probe = probe_of(state._replace(probes=probes), result.key)
+        if probe is None or probe.generation != result.generation:
+            continue  # stale: cleaned up, superseded or re-created since
+        if not probe.requesters:
+            probes = _set_probe(probes, result.key, None)  # orphan: forget it
+        else:
+            resolved = probe._replace(phase=Phase.RESOLVED, verdict=result.verdict)
+            probes = _set_probe(probes, result.key, resolved)
+    return state._replace(probes=probes, posted=(), drain_due=False)
+
+
+# -- scheduler actions ---------------------------------------------------------
+
+
+def lookup_enabled(state: State, action: Lookup) -> bool:
+    return not state.stopped and isinstance(action.key, bytes)
+
+
+def lookup(state: State, action: Lookup) -> tuple[State, Verdict]:
+    """Drain if a flush happened since the last drain; join or create a probe.
+
+    pre: lookup_enabled(state, action)
+    post: probe_of(__return__[0], action.key) is not None
+    post: action.request in probe_of(__return__[0], action.key).requesters
+    post: __return__[1] == probe_of(__return__[0], action.key).verdict
+    """
+    if state.drain_due:
+        state = apply_posted(state)
+    key, request = action.key, action.request
+    probe = probe_of(state, key)
+    batch, next_generation = state.batch, state.next_generation
+    if probe is None:
+        probe = Probe(next_generation, Phase.PENDING, None, frozenset())
+        batch = batch + (Entry(key, request, next_generation),)
+        next_generation += 1
+    probe = probe._replace(requesters=probe.requesters | {request})
+    state = state._replace(
+        probes=_set_probe(state.probes, key, probe),
+        index=_set_keys(state.index, request, keys_of(state, request) | {key}),
+        batch=batch,
+        next_generation=next_generation,
+    )
+    return state, probe.verdict
+
+
+def flush_enabled(state: State, action: Flush) -> bool:
+    return not state.stopped
+
+
+def flush(state: State, action: Flush) -> tuple[State, FlushOutput]:
+    """Apply posted results, then submit the live part of the batch as one item.
+
+    pre: flush_enabled(state, action)
+    post: __return__[0].batch == ()
+    post: __return__[0].posted == ()
+    post: all(probe_of(state, e.key) is not None for e in __return__[1].submitted)
+    """
+    state = apply_posted(state)
+    submitted: list[Entry] = []
+    dropped: list[Entry] = []
+    probes = state.probes
+    for entry in state.batch:
+        probe = probe_of(state, entry.key)
+        if probe is None or probe.generation != entry.generation:
+            dropped.append(entry)  # cleaned up or superseded since it was batched
+            continue
+        submitted.append(entry)
+        probes = _set_probe(probes, entry.key, probe._replace(phase=Phase.IN_FLIGHT))
+    queue = state.queue + (tuple(submitted),) if submitted else state.queue
+    state = state._replace(probes=probes, batch=(), queue=queue, drain_due=True)
+    return state, FlushOutput(tuple(submitted), tuple(dropped))
+
+
+def cleanup_enabled(state: State, action: Cleanup) -> bool:
+    return not state.stopped
+
+
+def cleanup(state: State, action: Cleanup) -> tuple[State, None]:
+    """Forget ``request``; delete probes left without requesters unless in flight.
+
+    An orphaned IN_FLIGHT probe stays so that a later request joins it instead
+    of probing the key a second time; its own result deletes it.
+
+    pre: cleanup_enabled(state, action)
+    post: keys_of(__return__[0], action.request) == frozenset()
+    post: all(action.request not in p.requesters for _, p in __return__[0].probes)
+    post: __return__[0].posted == state.posted
+    """
+    probes = state.probes
+    for key in sorted(keys_of(state, action.request)):
+        probe = probe_of(state, key)
+        assert probe is not None, "index names a key without state"
+        requesters = probe.requesters - {action.request}
+        if not requesters and probe.phase is not Phase.IN_FLIGHT:
+            probes = _set_probe(probes, key, None)
+        else:
+            probes = _set_probe(probes, key, probe._replace(requesters=requesters))
+    index = _set_keys(state.index, action.request, frozenset())
+    return state._replace(probes=probes, index=index), None
+
+
+def mark_miss_enabled(state: State, action: MarkMiss) -> bool:
+    return not state.stopped
+
+
+def mark_miss(state: State, action: MarkMiss) -> tuple[State, None]:
+    """A load failed: RESOLVED probes of these keys get False; others are left.
+
+    pre: mark_miss_enabled(state, action)
+    post: __return__[0].posted == state.posted
+    post: all(probe_of(__return__[0], k).verdict is False for k in action.keys if probe_of(state, k) is not None and probe_of(state, k).phase is Phase.RESOLVED)
+    """
+    probes = state.probes
+    for key in action.keys:
+        probe = probe_of(state._replace(probes=probes), key)
+        if probe is not None and probe.phase is Phase.RESOLVED:
+            probes = _set_probe(probes, key, probe._replace(verdict=False))
+    return state._replace(probes=probes), None
+
+
+def mark_present_enabled(state: State, action: MarkPresent) -> bool:
+    return not state.stopped
+
+
+def mark_present(state: State, action: MarkPresent) -> tuple[State, None]:
+    """A store succeeded: newer than any probe, so old generations become stale.
+
+    pre: mark_present_enabled(state, action)
+    post: __return__[0].posted == state.posted
+    post: all(probe_of(__return__[0], k) is None or probe_of(__return__[0], k).verdict is True for k in action.keys)
+    """
+    probes, next_generation = state.probes, state.next_generation
+    for key in action.keys:
+        probe = probe_of(state._replace(probes=probes), key)
+        if probe is None or probe.verdict is True:
+            continue
+        if not probe.requesters:
+            probes = _set_probe(probes, key, None)
+        else:
+            fresh = Probe(next_generation, Phase.RESOLVED, True, probe.requesters)
+            probes = _set_probe(probes, key, fresh)
+            next_generation += 1
+    return state._replace(probes=probes, next_generation=next_generation), None
+
+
+def drain_enabled(state: State, action: Drain) -> bool:
+    return not state.stopped
+
+
+def drain(state: State, action: Drain) -> tuple[State, None]:
+    """Apply every posted result (``drain_results``).
+
+    pre: drain_enabled(state, action)
+    post: __return__[0].posted == ()
+    """
+    return apply_posted(state), None
+
+
+def shutdown_enabled(state: State, action: Shutdown) -> bool:
+    """Shutdown joins the worker: it completes once the batch in hand is posted."""
+    return state.stopped or (not state.held and not state.answered)
+
+
+def shutdown(state: State, action: Shutdown) -> tuple[State, None]:
+    """Stop: batches never taken are dropped, posted results applied. Idempotent.
+
+    pre: shutdown_enabled(state, action)
+    post: __return__[0].stopped
+    post: __return__[0].queue == () and __return__[0].batch == ()
+    """
+    if state.stopped:
+        return state, None
+    state = apply_posted(state)
+    return state._replace(batch=(), queue=(), stopped=True), None
+
+
+# -- worker actions ------------------------------------------------------------
+
+
+def take_batch_enabled(state: State, action: TakeBatch) -> bool:
+    """The worker takes a batch only after posting everything of the last one."""
+    return not state.held and not state.answered and bool(state.queue)
+
+
+def take_batch(state: State, action: TakeBatch) -> tuple[State, None]:
+    """pre: take_batch_enabled(state, action)
+    post: __return__[0].held == state.queue[0]
+    post: len(__return__[0].queue) == len(state.queue) - 1
+    """
+    return state._replace(held=state.queue[0], queue=state.queue[1:]), None
+
+
+def probe_group_enabled(state: State, action: ProbeGroup) -> bool:
+    group = group_of(state.held)
+    return bool(group) and (action.answers is None or len(action.answers) == len(group))
+
+
+def probe_group(state: State, action: ProbeGroup) -> tuple[State, TierCall]:
+    """Ask the tier about one request's keys, with that request's context.
+
+    pre: probe_group_enabled(state, action)
+    post: len(__return__[0].answered) == len(state.answered) + len(__return__[1].keys)
+    post: len(__return__[0].held) == len(state.held) - len(__return__[1].keys)
+    """
+    group = group_of(state.held)
+    answers = action.answers if action.answers is not None else (False,) * len(group)
+    results = tuple(Result(e.key, e.generation, v) for e, v in zip(group, answers))
+    held = tuple(e for e in state.held if e.request != group[0].request)
+    call = TierCall(tuple(e.key for e in group), group[0].request)
+    return state._replace(held=held, answered=state.answered + results), call
+
+
+def post_enabled(state: State, action: Post) -> bool:
+    return bool(state.answered)
+
+
+def post(state: State, action: Post) -> tuple[State, None]:
+    """pre: post_enabled(state, action)
+    post: __return__[0].answered == ()
+    post: len(__return__[0].posted) == len(state.posted) + len(state.answered)
+    """
+    return state._replace(answered=(), posted=state.posted + state.answered), None
+
+
+# -- dispatch ------------------------------------------------------------------
+
+# Action functions take their own action type; the table is keyed by that type.
+ActionFn: TypeAlias = Callable[[State, Any], tuple[State, Output]]
+EnabledFn: TypeAlias = Callable[[State, Any], bool]
+
+
+class Transition(NamedTuple):
+    """An action's enabling predicate and its function."""
+
+    enabled: EnabledFn
+    apply: ActionFn
+
+
+TRANSITIONS: Mapping[type, Transition] = {
+    Lookup: Transition(lookup_enabled, lookup),
+    Flush: Transition(flush_enabled, flush),
+    Cleanup: Transition(cleanup_enabled, cleanup),
+    MarkMiss: Transition(mark_miss_enabled, mark_miss),
+    MarkPresent: Transition(mark_present_enabled, mark_present),
+    Drain: Transition(drain_enabled, drain),
+    Shutdown: Transition(shutdown_enabled, shutdown),
+    TakeBatch: Transition(take_batch_enabled, take_batch),
+    ProbeGroup: Transition(probe_group_enabled, probe_group),
+    Post: Transition(post_enabled, post),
+}
+
+
+def enabled(state: State, action: Action, table: Mapping[type, Transition] = TRANSITIONS) -> bool:
+    """Whether ``action`` may happen in ``state``."""
+    return table[type(action)].enabled(state, action)
+
+
+def step(
+    state: State, action: Action, table: Mapping[type, Transition] = TRANSITIONS
+) -> tuple[State, Output]:
+    """Apply ``action``; raise ProtocolError (state untouched) if it is disabled."""
+    transition = table[type(action)]
+    if not transition.enabled(state, action):
+        raise ProtocolError(f"{action!r} is not enabled: {describe(state)}")
+    return transition.apply(state, action)
+
+
+def describe(state: State) -> str:
+    """A one-line summary of ``state`` for error messages and traces."""
+    probes = ", ".join(
+        f"{k!r}: g{p.generation} {p.phase.name} {p.verdict} {sorted(p.requesters)}"
+        for k, p in state.probes
+    )
+    return (
+        f"probes {{{probes}}} batch={len(state.batch)} queue={len(state.queue)} "
+        f"held={len(state.held)} answered={len(state.answered)} "
+        f"posted={len(state.posted)} drain_due={state.drain_due} stopped={state.stopped}"
+    )

@@ -1,0 +1,331 @@
+"""The properties of PROTOCOL.md as named predicates over spec states and steps.
+
+Two kinds, after stateright: ``ALWAYS`` holds of every reachable state
+(``*_inv`` predicates over one ``State``) or of every step (predicates over
+``before, action, after, output``); ``SOMETIMES`` names states that a search
+must reach, so that an empty or truncated search cannot pass.  Each predicate's
+docstring says what it prevents: the bug that a real implementation shipped.
+Progress (property 6) is also checked as "from every reachable state a
+quiescent state is reachable" by the model checker, which is not a predicate.
+
+This module only reads states; it never builds one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from spec.core import (
+    Action,
+    Cleanup,
+    Entry,
+    Flush,
+    FlushOutput,
+    Lookup,
+    MarkMiss,
+    MarkPresent,
+    Output,
+    Phase,
+    ProbeGroup,
+    State,
+    TierCall,
+    group_of,
+    keys_of,
+    probe_of,
+)
+
+StatePredicate: TypeAlias = Callable[[State], bool]
+StepPredicate: TypeAlias = Callable[[State, Action, State, Output], bool]
+
+
+@dataclass(frozen=True)
+class Property:
+    """A named predicate, the PROTOCOL.md property it states, and its kind."""
+
+    name: str
+    number: int  # the property's number in PROTOCOL.md
+    state: StatePredicate | None = None
+    step: StepPredicate | None = None
+    efficiency: bool = False  # property 8: reported apart from safety
+
+    @property
+    def doc(self) -> str:
+        fn = self.state or self.step
+        return (fn.__doc__ or "").strip().splitlines()[0] if fn else ""
+
+
+def _pipeline(state: State) -> Iterator[tuple[bytes, int]]:
+    """Every (key, generation) that the worker side still holds, with repeats."""
+    for batch in state.queue:
+        yield from ((e.key, e.generation) for e in batch)
+    yield from ((e.key, e.generation) for e in state.held)
+    yield from ((r.key, r.generation) for r in state.answered)
+    yield from ((r.key, r.generation) for r in state.posted)
+
+
+# -- state invariants ----------------------------------------------------------
+
+
+def phases_match_pipeline_inv(state: State) -> bool:
+    """A probe is where its phase says, once: PENDING in the batch, IN_FLIGHT in the
+    worker pipeline, RESOLVED nowhere (prevents "enqueue once" assertion crashes
+    and probes stranded IN_FLIGHT forever)."""
+    if state.stopped:
+        return True  # shutdown drops the queue; nothing can be observed after it
+    in_batch = [(e.key, e.generation) for e in state.batch]
+    in_pipeline = list(_pipeline(state))
+    for key, probe in state.probes:
+        kg = (key, probe.generation)
+        counts = (in_batch.count(kg), in_pipeline.count(kg))
+        expected = {
+            Phase.PENDING: (1, 0),
+            Phase.IN_FLIGHT: (0, 1),
+            Phase.RESOLVED: (0, 0),
+        }[probe.phase]
+        if counts != expected:
+            return False
+        if (probe.verdict is None) != (probe.phase is not Phase.RESOLVED):
+            return False
+    return True
+
+
+def generations_unique_inv(state: State) -> bool:
+    """Generations are never reused: each probe's is distinct and below the
+    counter, so a stale entry can never be mistaken for a live one."""
+    generations = [p.generation for _, p in state.probes]
+    seen = list(_pipeline(state)) + [(e.key, e.generation) for e in state.batch]
+    return len(set(generations)) == len(generations) and all(
+        g < state.next_generation for _, g in seen + [(b"", g) for g in generations]
+    )
+
+
+def requesters_match_index_inv(state: State) -> bool:
+    """The request -> keys index and the probes' requester sets agree (prevents
+    cleanup missing a key, or a probe kept alive by a forgotten request)."""
+    for request, keys in state.index:
+        if not keys:
+            return False
+        for key in keys:
+            probe = probe_of(state, key)
+            if probe is None or request not in probe.requesters:
+                return False
+    return all(
+        key in keys_of(state, request)
+        for key, probe in state.probes
+        for request in probe.requesters
+    )
+
+
+def no_orphaned_probes_inv(state: State) -> bool:
+    """A probe without requesters exists only while IN_FLIGHT (prevents leaked
+    lookup state once every request is cleaned up and results are drained)."""
+    if state.stopped:
+        return True
+    return all(p.requesters or p.phase is Phase.IN_FLIGHT for _, p in state.probes)
+
+
+# -- step properties -----------------------------------------------------------
+
+
+def flush_submits_only_live_entries(
+    before: State, action: Action, after: State, output: Output
+) -> bool:
+    """Flush submits exactly the batch entries whose key has a PENDING state of the
+    same generation (the seed bug: a cleaned-up entry was still submitted)."""
+    if not isinstance(action, Flush):
+        return True
+    assert isinstance(output, FlushOutput)
+
+    def live(entry: Entry) -> bool:
+        probe = probe_of(before, entry.key)
+        return (
+            probe is not None
+            and probe.generation == entry.generation
+            and probe.phase is Phase.PENDING
+        )
+
+    return output.submitted == tuple(e for e in before.batch if live(e)) and set(
+        output.dropped
+    ) == {e for e in before.batch if not live(e)}
+
+
+def verdicts_come_from_own_generation(
+    before: State, action: Action, after: State, output: Output
+) -> bool:
+    """A verdict lands only from a result of the probe's own generation or from
+    mark_miss / mark_present (prevents a late result for a cleaned-up request
+    being applied to a new request's probe of the same key)."""
+    for key, probe in after.probes:
+        if probe.phase is not Phase.RESOLVED:
+            continue
+        old = probe_of(before, key)
+        if old is not None and old.generation == probe.generation and old.phase is Phase.RESOLVED:
+            changed = old.verdict != probe.verdict
+            if changed and not (
+                isinstance(action, MarkMiss) and key in action.keys and probe.verdict is False
+            ):
+                return False
+            continue
+        overridden = (
+            isinstance(action, MarkPresent)
+            and key in action.keys
+            and probe.verdict is True
+            and probe.generation >= before.next_generation
+        )
+        landed = (key, probe.generation, probe.verdict) in before.posted
+        if not (overridden or landed):
+            return False
+    if isinstance(action, Lookup):
+        probe = probe_of(after, action.key)
+        return probe is not None and output == probe.verdict
+    return True
+
+
+def results_applied_within_a_step(
+    before: State, action: Action, after: State, output: Output
+) -> bool:
+    """Flush, and the first lookup after a flush, leave no posted result unapplied
+    (a verdict is visible at the latest one step after the worker posted it)."""
+    if isinstance(action, Flush) or (isinstance(action, Lookup) and before.drain_due):
+        return after.posted == ()
+    return True
+
+
+def tier_answers_every_key(
+    before: State, action: Action, after: State, output: Output
+) -> bool:
+    """Every key of a tier call gets exactly one result of its own generation
+    (prevents zip() truncation stranding probes IN_FLIGHT on a short answer)."""
+    if not isinstance(action, ProbeGroup):
+        return True
+    group = group_of(before.held)
+    new = after.answered[len(before.answered):]
+    return [(r.key, r.generation) for r in new] == [(e.key, e.generation) for e in group] and (
+        action.answers is not None or not any(r.verdict for r in new)
+    )
+
+
+def tier_call_holds_one_request(
+    before: State, action: Action, after: State, output: Output
+) -> bool:
+    """A tier call holds only one request's keys, with the context they were batched
+    with (prevents probing a key under another request's context)."""
+    if not isinstance(action, ProbeGroup):
+        return True
+    assert isinstance(output, TierCall)
+    group = group_of(before.held)
+    return output.keys == tuple(e.key for e in group) and all(
+        e.request == output.request for e in group
+    )
+
+
+def cleanup_forgets_request(
+    before: State, action: Action, after: State, output: Output
+) -> bool:
+    """After cleanup(r), nothing refers to r (prevents a cancelled request keeping
+    probes alive or receiving verdicts)."""
+    if not isinstance(action, Cleanup):
+        return True
+    return not keys_of(after, action.request) and all(
+        action.request not in p.requesters for _, p in after.probes
+    )
+
+
+def in_flight_probes_survive_cleanup(
+    before: State, action: Action, after: State, output: Output
+) -> bool:
+    """Cleanup never deletes an IN_FLIGHT probe, so a later request joins it rather
+    than probing the key again (efficiency: the redundant-probe bug)."""
+    if not isinstance(action, Cleanup):
+        return True
+    return all(
+        probe_of(after, key) is not None
+        and probe_of(after, key).generation == probe.generation  # type: ignore[union-attr]
+        for key, probe in before.probes
+        if probe.phase is Phase.IN_FLIGHT
+    )
+
+
+ALWAYS: tuple[Property, ...] = (
+    Property("flush_submits_only_live_entries", 1, step=flush_submits_only_live_entries),
+    Property("verdicts_come_from_own_generation", 2, step=verdicts_come_from_own_generation),
+    Property("phases_match_pipeline_inv", 3, state=phases_match_pipeline_inv),
+    Property("generations_unique_inv", 3, state=generations_unique_inv),
+    Property("requesters_match_index_inv", 4, state=requesters_match_index_inv),
+    Property("cleanup_forgets_request", 4, step=cleanup_forgets_request),
+    Property("no_orphaned_probes_inv", 5, state=no_orphaned_probes_inv),
+    Property("results_applied_within_a_step", 6, step=results_applied_within_a_step),
+    Property("tier_answers_every_key", 7, step=tier_answers_every_key),
+    Property(
+        "in_flight_probes_survive_cleanup",
+        8,
+        step=in_flight_probes_survive_cleanup,
+        efficiency=True,
+    ),
+    Property("tier_call_holds_one_request", 9, step=tier_call_holds_one_request),
+)
+
+
+def quiescent(state: State) -> bool:
+    """Nothing is asked, queued or owed: the state that progress must reach."""
+    return state.stopped or not (
+        state.index or state.batch or state.queue or state.held
+        or state.answered or state.posted
+    )
+
+
+# -- sometimes: states a search must reach -------------------------------------
+
+
+def _resolved_present(state: State) -> bool:
+    """A requester holds a probe resolved True."""
+    return any(p.verdict is True and p.requesters for _, p in state.probes)
+
+
+def _orphan_in_flight(state: State) -> bool:
+    """A probe is IN_FLIGHT with no requesters left (cleanup while in flight)."""
+    return any(p.phase is Phase.IN_FLIGHT and not p.requesters for _, p in state.probes)
+
+
+def _stale_entry_in_batch(state: State) -> bool:
+    """The batch holds an entry that the next flush must drop."""
+    return any(
+        (p := probe_of(state, e.key)) is None or p.generation != e.generation
+        for e in state.batch
+    )
+
+
+def _stale_result_posted(state: State) -> bool:
+    """A posted result that the next drain must ignore."""
+    return any(
+        (p := probe_of(state, r.key)) is None or p.generation != r.generation
+        for r in state.posted
+    )
+
+
+def _joined_in_flight(state: State) -> bool:
+    """A request has joined an IN_FLIGHT probe that was orphaned earlier or shared."""
+    return any(p.phase is Phase.IN_FLIGHT and len(p.requesters) > 1 for _, p in state.probes)
+
+
+SOMETIMES: tuple[tuple[str, StatePredicate], ...] = (
+    ("resolved_present", _resolved_present),
+    ("orphan_in_flight", _orphan_in_flight),
+    ("stale_entry_in_batch", _stale_entry_in_batch),
+    ("stale_result_posted", _stale_result_posted),
+    ("joined_in_flight", _joined_in_flight),
+)
+
+
+def violated(
+    before: State, action: Action, after: State, output: Output
+) -> list[Property]:
+    """The properties that the step ``before --action--> after`` breaks."""
+    return [
+        prop
+        for prop in ALWAYS
+        if (prop.state is not None and not prop.state(after))
+        or (prop.step is not None and not prop.step(before, action, after, output))
+    ]
