@@ -148,6 +148,103 @@ def group_of(held: tuple[Entry, ...]) -> tuple[Entry, ...]:
     return tuple(e for e in held if e.request == request)
 
 
+# -- contract helpers (pure; read only by the PEP 316 contracts below) ---------
+
+
+def well_formed(state: State) -> bool:
+    """Every action needs and keeps this: sorted tables, no work left after
+    shutdown, and every state invariant of ``spec.properties``."""
+    from spec import properties  # here, not at the top: spec.properties imports spec.core
+
+    return (
+        tables_sorted(state)
+        and (not state.stopped or idle(state))
+        and properties.phases_match_pipeline_inv(state)
+        and properties.generations_unique_inv(state)
+        and properties.requesters_match_index_inv(state)
+        and properties.no_orphaned_probes_inv(state)
+    )
+
+
+def tables_sorted(state: State) -> bool:
+    """``probes`` and ``index`` are maps: strictly increasing keys, so no repeats."""
+    keys = [k for k, _ in state.probes]
+    requests = [r for r, _ in state.index]
+    return all(keys[i] < keys[i + 1] for i in range(len(keys) - 1)) and all(
+        requests[i] < requests[i + 1] for i in range(len(requests) - 1)
+    )
+
+
+def idle(state: State) -> bool:
+    """Nothing is batched, queued, held, answered or posted, and no drain is due."""
+    return not (
+        state.batch or state.queue or state.held or state.answered or state.posted
+        or state.drain_due
+    )
+
+
+def generation_of(state: State, key: Key) -> Generation | None:
+    """The generation of ``key``'s probe, or None when the key has no state."""
+    probe = probe_of(state, key)
+    return None if probe is None else probe.generation
+
+
+def verdict_of(state: State, key: Key) -> Verdict:
+    """The verdict of ``key``'s probe, or None when the key has no state."""
+    probe = probe_of(state, key)
+    return None if probe is None else probe.verdict
+
+
+def requesters_of(state: State, key: Key) -> frozenset[RequestId]:
+    """The requesters of ``key``'s probe (empty when the key has no state)."""
+    probe = probe_of(state, key)
+    return frozenset() if probe is None else probe.requesters
+
+
+def has_result(state: State, key: Key, generation: Generation) -> bool:
+    """A result for this generation of ``key`` is posted."""
+    return any(r.key == key and r.generation == generation for r in state.posted)
+
+
+def keeps_generation(before: State, after: State, key: Key) -> bool:
+    """If ``key`` had a probe in ``before``, ``after`` has a probe of that generation."""
+    old = generation_of(before, key)
+    return old is None or generation_of(after, key) == old
+
+
+def changes_only(before: State, after: State, *fields: str) -> bool:
+    """``after`` equals ``before`` in every field of State not named in ``fields``."""
+    return after._replace(**{f: getattr(before, f) for f in fields}) == before
+
+
+def changed(before: State, after: State) -> tuple[tuple[Key, Probe], ...]:
+    """The probes of ``after`` that ``before`` does not hold as they are (new or updated)."""
+    return tuple((k, p) for k, p in after.probes if probe_of(before, k) != p)
+
+
+def removed(before: State, after: State) -> tuple[tuple[Key, Probe], ...]:
+    """The probes of ``before`` whose key has no state in ``after``."""
+    return tuple((k, p) for k, p in before.probes if probe_of(after, k) is None)
+
+
+def verdicts_from_results(before: State, after: State) -> bool:
+    """Every probe changed from ``before`` to ``after`` holds the verdict of a
+    result posted in ``before`` for its own generation."""
+    return all(
+        (k, p.generation, p.verdict) in before.posted for k, p in changed(before, after)
+    )
+
+
+def batched(before: State, after: State) -> tuple[Entry, ...]:
+    """The entries appended to the batch from ``before`` to ``after``."""
+    return after.batch[len(before.batch):]
+
+
+def new_results(before: State, after: State) -> tuple[Result, ...]:
+    """The results the worker answered from ``before`` to ``after``."""
+    return after.answered[len(before.answered):]
+
+
 # -- actions (data) ------------------------------------------------------------
 
 
@@ -249,6 +346,7 @@ def apply_posted(state: State) -> State:
 
     post: __return__.posted == ()
     post: not __return__.drain_due
+    post: changes_only(state, __return__, "probes", "posted", "drain_due")
     """
     probes = state.probes
     for result in state.posted:
@@ -273,10 +371,18 @@ def lookup_enabled(state: State, action: Lookup) -> bool:
 def lookup(state: State, action: Lookup) -> tuple[State, Verdict]:
     """Drain if a flush happened since the last drain; join or create a probe.
 
+    pre: well_formed(state)
     pre: lookup_enabled(state, action)
-    post: probe_of(__return__[0], action.key) is not None
-    post: action.request in probe_of(__return__[0], action.key).requesters
-    post: __return__[1] == probe_of(__return__[0], action.key).verdict
+    post: well_formed(__return__[0])
+    post: action.request in requesters_of(__return__[0], action.key)
+    post: __return__[1] == verdict_of(__return__[0], action.key)
+    post: __return__[0].posted == () or not state.drain_due
+    post: state.drain_due or keeps_generation(state, __return__[0], action.key)
+    post: __return__[0].batch[: len(state.batch)] == state.batch
+    post: all(e[:2] == (action.key, action.request) for e in batched(state, __return__[0]))
+    post: all(e.generation == state.next_generation for e in batched(state, __return__[0]))
+    post: __return__[0].next_generation <= state.next_generation + 1
+    post: batched(state, __return__[0]) or __return__[0].next_generation == state.next_generation
     """
     if state.drain_due:
         state = apply_posted(state)
@@ -304,10 +410,18 @@ def flush_enabled(state: State, action: Flush) -> bool:
 def flush(state: State, action: Flush) -> tuple[State, FlushOutput]:
     """Apply posted results, then submit the live part of the batch as one item.
 
+    pre: well_formed(state)
     pre: flush_enabled(state, action)
+    post: well_formed(__return__[0])
     post: __return__[0].batch == ()
     post: __return__[0].posted == ()
-    post: all(probe_of(state, e.key) is not None for e in __return__[1].submitted)
+    post: __return__[0].drain_due
+    post: all(generation_of(state, e.key) == e.generation for e in __return__[1].submitted)
+    post: all(generation_of(state, e.key) != e.generation for e in __return__[1].dropped)
+    post: len(__return__[1].submitted) + len(__return__[1].dropped) == len(state.batch)
+    post: __return__[0].queue[: len(state.queue)] == state.queue
+    post: __return__[0].queue[len(state.queue):] in ((), (__return__[1].submitted,))
+    post: len(__return__[0].queue) == len(state.queue) + bool(__return__[1].submitted)
     """
     state = apply_posted(state)
     submitted: list[Entry] = []
@@ -335,10 +449,15 @@ def cleanup(state: State, action: Cleanup) -> tuple[State, None]:
     An orphaned IN_FLIGHT probe stays so that a later request joins it instead
     of probing the key a second time; its own result deletes it.
 
+    pre: well_formed(state)
     pre: cleanup_enabled(state, action)
+    post: well_formed(__return__[0])
+    post: changes_only(state, __return__[0], "probes", "index")
     post: keys_of(__return__[0], action.request) == frozenset()
     post: all(action.request not in p.requesters for _, p in __return__[0].probes)
-    post: __return__[0].posted == state.posted
+    post: all(k in keys_of(state, action.request) for k, _ in changed(state, __return__[0]))
+    post: all(p.requesters <= {action.request} for _, p in removed(state, __return__[0]))
+    post: not any(p.phase is Phase.IN_FLIGHT for _, p in removed(state, __return__[0]))
     """
     probes = state.probes
     for key in sorted(keys_of(state, action.request)):
@@ -360,9 +479,15 @@ def mark_miss_enabled(state: State, action: MarkMiss) -> bool:
 def mark_miss(state: State, action: MarkMiss) -> tuple[State, None]:
     """A load failed: RESOLVED probes of these keys get False; others are left.
 
+    pre: well_formed(state)
     pre: mark_miss_enabled(state, action)
-    post: __return__[0].posted == state.posted
-    post: all(probe_of(__return__[0], k).verdict is False for k in action.keys if probe_of(state, k) is not None and probe_of(state, k).phase is Phase.RESOLVED)
+    post: well_formed(__return__[0])
+    post: changes_only(state, __return__[0], "probes")
+    post: removed(state, __return__[0]) == ()
+    post: all(k in action.keys for k, _ in changed(state, __return__[0]))
+    post: all(p.phase is Phase.RESOLVED for _, p in changed(state, __return__[0]))
+    post: all(p.generation == generation_of(state, k) for k, p in changed(state, __return__[0]))
+    post: all(verdict_of(__return__[0], k) is not True for k in action.keys)
     """
     probes = state.probes
     for key in action.keys:
@@ -379,9 +504,16 @@ def mark_present_enabled(state: State, action: MarkPresent) -> bool:
 def mark_present(state: State, action: MarkPresent) -> tuple[State, None]:
     """A store succeeded: newer than any probe, so old generations become stale.
 
+    pre: well_formed(state)
     pre: mark_present_enabled(state, action)
-    post: __return__[0].posted == state.posted
-    post: all(probe_of(__return__[0], k) is None or probe_of(__return__[0], k).verdict is True for k in action.keys)
+    post: well_formed(__return__[0])
+    post: changes_only(state, __return__[0], "probes", "next_generation")
+    post: all(p.verdict is True for k, p in __return__[0].probes if k in action.keys)
+    post: all(k in action.keys for k, _ in changed(state, __return__[0]))
+    post: all(k in action.keys for k, _ in removed(state, __return__[0]))
+    post: all(verdict_of(state, k) is not True for k, _ in changed(state, __return__[0]))
+    post: all(p.generation >= state.next_generation for _, p in changed(state, __return__[0]))
+    post: all(not p.requesters for _, p in removed(state, __return__[0]))
     """
     probes, next_generation = state.probes, state.next_generation
     for key in action.keys:
@@ -404,8 +536,14 @@ def drain_enabled(state: State, action: Drain) -> bool:
 def drain(state: State, action: Drain) -> tuple[State, None]:
     """Apply every posted result (``drain_results``).
 
+    pre: well_formed(state)
     pre: drain_enabled(state, action)
+    post: well_formed(__return__[0])
+    post: changes_only(state, __return__[0], "probes", "posted", "drain_due")
     post: __return__[0].posted == ()
+    post: verdicts_from_results(state, __return__[0])
+    post: all(has_result(state, k, p.generation) for k, p in removed(state, __return__[0]))
+    post: all(not p.requesters for _, p in removed(state, __return__[0]))
     """
     return apply_posted(state), None
 
@@ -418,9 +556,14 @@ def shutdown_enabled(state: State, action: Shutdown) -> bool:
 def shutdown(state: State, action: Shutdown) -> tuple[State, None]:
     """Stop: batches never taken are dropped, posted results applied. Idempotent.
 
+    pre: well_formed(state)
     pre: shutdown_enabled(state, action)
+    post: well_formed(__return__[0])
     post: __return__[0].stopped
-    post: __return__[0].queue == () and __return__[0].batch == ()
+    post: idle(__return__[0])
+    post: __return__[0].index == state.index
+    post: not state.stopped or __return__[0] == state
+    post: verdicts_from_results(state, __return__[0])
     """
     if state.stopped:
         return state, None
@@ -437,9 +580,14 @@ def take_batch_enabled(state: State, action: TakeBatch) -> bool:
 
 
 def take_batch(state: State, action: TakeBatch) -> tuple[State, None]:
-    """pre: take_batch_enabled(state, action)
+    """Take the oldest submitted batch; the worker holds one batch at a time.
+
+    pre: well_formed(state)
+    pre: take_batch_enabled(state, action)
+    post: well_formed(__return__[0])
+    post: changes_only(state, __return__[0], "queue", "held")
     post: __return__[0].held == state.queue[0]
-    post: len(__return__[0].queue) == len(state.queue) - 1
+    post: __return__[0].queue == state.queue[1:]
     """
     return state._replace(held=state.queue[0], queue=state.queue[1:]), None
 
@@ -452,9 +600,16 @@ def probe_group_enabled(state: State, action: ProbeGroup) -> bool:
 def probe_group(state: State, action: ProbeGroup) -> tuple[State, TierCall]:
     """Ask the tier about one request's keys, with that request's context.
 
+    pre: well_formed(state)
     pre: probe_group_enabled(state, action)
-    post: len(__return__[0].answered) == len(state.answered) + len(__return__[1].keys)
-    post: len(__return__[0].held) == len(state.held) - len(__return__[1].keys)
+    post: well_formed(__return__[0])
+    post: changes_only(state, __return__[0], "held", "answered")
+    post: __return__[1].keys == tuple(e.key for e in group_of(state.held))
+    post: all(e.request == __return__[1].request for e in group_of(state.held))
+    post: all(e.request != __return__[1].request for e in __return__[0].held)
+    post: tuple(r.key for r in new_results(state, __return__[0])) == __return__[1].keys
+    post: action.answers in (None, tuple(r.verdict for r in new_results(state, __return__[0])))
+    post: action.answers is not None or not any(v for _, _, v in new_results(state, __return__[0]))
     """
     group = group_of(state.held)
     answers = action.answers if action.answers is not None else (False,) * len(group)
@@ -469,9 +624,14 @@ def post_enabled(state: State, action: Post) -> bool:
 
 
 def post(state: State, action: Post) -> tuple[State, None]:
-    """pre: post_enabled(state, action)
+    """Post the answered results to the scheduler, in the order answered.
+
+    pre: well_formed(state)
+    pre: post_enabled(state, action)
+    post: well_formed(__return__[0])
+    post: changes_only(state, __return__[0], "answered", "posted")
     post: __return__[0].answered == ()
-    post: len(__return__[0].posted) == len(state.posted) + len(state.answered)
+    post: __return__[0].posted == state.posted + state.answered
     """
     return state._replace(answered=(), posted=state.posted + state.answered), None
 

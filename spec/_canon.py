@@ -1,0 +1,263 @@
+"""Interned, canonical encodings of spec States for the model checker.
+
+A state is encoded as a tuple of small ints, one per ``State`` field: the id
+of that field's value in a per-field intern table (equal ids, equal values).
+Whole states share their field values, so the encoding is compact, and the
+checker's memo tables key on these ids (see ``spec._memo``).
+
+Canonical form: two states that no action, no property and no future can tell
+apart get the same encoding, so the reachable space is finite.
+- Generations: only equality and order matter.  The live generations (those
+  of the probes) and the counter are renumbered by rank, so a new generation
+  still compares greater than every live one.  With ``collapse_stale``, every
+  stale generation (a batch, queue or result entry whose key's probe has
+  another generation, or none) becomes ``STALE``, which equals no live one:
+  it can never become live again, because generations are drawn from a
+  counter that only grows.  Without it, stale generations are ranked too.
+- Symmetry: keys and requests are opaque names; the encoding is the least,
+  over every permutation of keys (and of requests), of the renamed state.
+- Posted results of different keys commute (each result touches only its own
+  key's probe), so with ``posted_by_key`` they are sorted by key, keeping the
+  order among one key's results.
+
+What it does not do: decide anything about the protocol.  The soundness of
+each reduction rests on the assumptions above, which the spec and every
+variant in ``spec.variants`` keep; the tests check that the reduced and the
+unreduced searches agree.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spec.core import Entry, Probe, Result, State
+
+STALE = -1
+P_PROBES, P_INDEX, P_NEXT, P_BATCH, P_QUEUE, P_HELD, P_ANSWERED, P_POSTED = range(8)
+N_FIELDS = len(State._fields)
+GEN_FIELDS = frozenset((P_PROBES, P_NEXT, P_BATCH, P_QUEUE, P_HELD, P_ANSWERED, P_POSTED))
+
+Ids = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Reductions:
+    """Which sound reductions the search applies (all on by default)."""
+
+    collapse_stale: bool = True
+    key_symmetry: bool = True
+    request_symmetry: bool = True
+    posted_by_key: bool = True
+
+    @classmethod
+    def none(cls) -> Reductions:
+        """Generations renumbered by rank only: the unreduced search."""
+        return cls(False, False, False, False)
+
+    def names(self) -> list[str]:
+        """The names of the reductions that are on, for reports."""
+        flags = (
+            ("stale-collapse", self.collapse_stale),
+            ("key-symmetry", self.key_symmetry),
+            ("request-symmetry", self.request_symmetry),
+            ("posted-by-key", self.posted_by_key),
+        )
+        return [name for name, on in flags if on]
+
+
+class Space:
+    """Intern tables and the canonicaliser for one universe of keys and requests."""
+
+    def __init__(
+        self,
+        keys: Sequence[bytes],
+        requests: Sequence[str],
+        reductions: Reductions,
+        cache_limit: int = 1 << 21,
+    ) -> None:
+        self.reductions = reductions
+        key_perms = list(itertools.permutations(keys)) if reductions.key_symmetry else [keys]
+        request_perms = (
+            list(itertools.permutations(requests)) if reductions.request_symmetry else [requests]
+        )
+        self._perms = [
+            (dict(zip(keys, kp, strict=True)), dict(zip(requests, rp, strict=True)))
+            for kp in key_perms
+            for rp in request_perms
+        ]
+        self.values: list[list[Any]] = [[] for _ in range(N_FIELDS)]
+        self._ids: list[dict[Any, int]] = [{} for _ in range(N_FIELDS)]
+        self._sig: dict[tuple[int, int], int] = {}
+        self._sig_ranks: list[tuple[dict[bytes, int], dict[int, int]]] = []
+        # field -> (value id, signature) or value id -> ids of its renamed images
+        self._orbits: list[dict[Any, tuple[int, ...]]] = [{} for _ in range(N_FIELDS)]
+        self._canonical: dict[Ids, Ids] = {}  # raw ids -> canonical ids (a cache)
+        self.cache_limit = cache_limit
+        self._permuters: list[Callable[[Any, dict[bytes, bytes], dict[str, str]], Any]] = [
+            _perm_probes, _perm_index, _same, _perm_entries, _perm_queue,
+            _perm_entries, _perm_results, self._perm_posted, _same, _same,
+        ]
+
+    # -- interning -------------------------------------------------------------
+
+    def intern(self, field: int, value: Any) -> int:
+        """The id of ``value`` in ``field``'s table (added if new)."""
+        table = self._ids[field]
+        vid = table.get(value)
+        if vid is None:
+            vid = table[value] = len(self.values[field])
+            self.values[field].append(value)
+        return vid
+
+    def ids_of(self, state: State) -> Ids:
+        """The (raw, not canonical) ids of ``state``'s fields."""
+        return tuple(self.intern(f, v) for f, v in enumerate(tuple.__iter__(state)))
+
+    def state_of(self, ids: Ids) -> State:
+        """The State whose field ids are ``ids``."""
+        values = self.values
+        return tuple.__new__(State, [values[f][i] for f, i in enumerate(ids)])
+
+    @property
+    def interned(self) -> int:
+        """How many distinct field values are interned, over every field."""
+        return sum(len(v) for v in self.values)
+
+    # -- canonical form ----------------------------------------------------------
+
+    def canonical(self, ids: Ids) -> Ids:
+        """The canonical ids of the state with raw field ids ``ids``."""
+        found = self._canonical.get(ids)
+        if found is not None:
+            return found
+        if not self.reductions.collapse_stale:
+            return self._canonical_ranked(ids)
+        sig = self._signature(ids[P_PROBES], ids[P_NEXT])
+        orbits = []
+        for f, vid in enumerate(ids):
+            table = self._orbits[f]
+            key = (vid, sig) if f in GEN_FIELDS else vid
+            orbit = table.get(key)
+            if orbit is None:
+                value = self.values[f][vid]
+                if f in GEN_FIELDS:
+                    value = self._rename(f, value, sig)
+                orbit = table[key] = self._orbit(f, value)
+            orbits.append(orbit)
+        result = min(zip(*orbits, strict=True))
+        if len(self._canonical) >= self.cache_limit:
+            self._canonical.clear()
+        self._canonical[ids] = result
+        return result
+
+    def canonical_of(self, state: State) -> Ids:
+        """The canonical ids of ``state``."""
+        return self.canonical(self.ids_of(state))
+
+    def forget_raw(self) -> None:
+        """Drop the raw-to-canonical cache (the interned values stay)."""
+        self._canonical.clear()
+
+    def _signature(self, probes_id: int, next_id: int) -> int:
+        """Number the (live generation per key, counter) pair; remember its ranks."""
+        sig = self._sig.get((probes_id, next_id))
+        if sig is None:
+            probes = self.values[P_PROBES][probes_id]
+            counter = self.values[P_NEXT][next_id]
+            live = {k: p.generation for k, p in probes}
+            rank = {g: i for i, g in enumerate(sorted({*live.values(), counter}))}
+            sig = self._sig[(probes_id, next_id)] = len(self._sig_ranks)
+            self._sig_ranks.append((live, rank))
+        return sig
+
+    def _rename(self, field: int, value: Any, sig: int) -> Any:
+        live, rank = self._sig_ranks[sig]
+
+        def gen(key: bytes, g: int) -> int:
+            return rank[g] if live.get(key) == g else STALE
+
+        def entries(es: Iterable[Entry]) -> tuple[Entry, ...]:
+            return tuple(Entry(e.key, e.request, gen(e.key, e.generation)) for e in es)
+
+        def results(rs: Iterable[Result]) -> tuple[Result, ...]:
+            return tuple(Result(r.key, gen(r.key, r.generation), r.verdict) for r in rs)
+
+        if field == P_PROBES:
+            return tuple((k, p._replace(generation=rank[p.generation])) for k, p in value)
+        if field == P_NEXT:
+            return rank[value]
+        if field == P_QUEUE:
+            return tuple(entries(b) for b in value)
+        if field in (P_BATCH, P_HELD):
+            return entries(value)
+        return results(value)
+
+    def _orbit(self, field: int, value: Any) -> tuple[int, ...]:
+        """The ids of ``value`` under every permutation of keys and requests."""
+        permute = self._permuters[field]
+        return tuple(self.intern(field, permute(value, kp, rp)) for kp, rp in self._perms)
+
+    def _canonical_ranked(self, ids: Ids) -> Ids:
+        """Canonical form without stale collapse: every generation ranked by order."""
+        state = self.state_of(ids)
+        gens = {e.generation for e in state.batch + state.held}
+        gens |= {e.generation for b in state.queue for e in b}
+        gens |= {r.generation for r in state.answered + state.posted}
+        gens |= {p.generation for _, p in state.probes} | {state.next_generation}
+        rank = {g: i for i, g in enumerate(sorted(gens))}
+        ranked = state._replace(
+            probes=tuple((k, p._replace(generation=rank[p.generation])) for k, p in state.probes),
+            next_generation=rank[state.next_generation],
+            batch=tuple(e._replace(generation=rank[e.generation]) for e in state.batch),
+            queue=tuple(
+                tuple(e._replace(generation=rank[e.generation]) for e in b) for b in state.queue
+            ),
+            held=tuple(e._replace(generation=rank[e.generation]) for e in state.held),
+            answered=tuple(r._replace(generation=rank[r.generation]) for r in state.answered),
+            posted=tuple(r._replace(generation=rank[r.generation]) for r in state.posted),
+        )
+        orbits = [self._orbit(f, v) for f, v in enumerate(tuple.__iter__(ranked))]
+        result = min(zip(*orbits, strict=True))
+        self._canonical[ids] = result
+        return result
+
+    def _perm_posted(self, value: Any, kp: dict[bytes, bytes], rp: dict[str, str]) -> Any:
+        results = _perm_results(value, kp, rp)
+        if self.reductions.posted_by_key:
+            return tuple(sorted(results, key=_result_key))
+        return results
+
+
+def _result_key(result: Result) -> bytes:
+    return result.key
+
+
+def _same(value: Any, kp: dict[bytes, bytes], rp: dict[str, str]) -> Any:
+    return value
+
+
+def _perm_probes(value: Any, kp: dict[bytes, bytes], rp: dict[str, str]) -> Any:
+    probes: list[tuple[bytes, Probe]] = [
+        (kp[k], p._replace(requesters=frozenset(rp[r] for r in p.requesters))) for k, p in value
+    ]
+    return tuple(sorted(probes, key=lambda kp_: kp_[0]))
+
+
+def _perm_index(value: Any, kp: dict[bytes, bytes], rp: dict[str, str]) -> Any:
+    index = [(rp[r], frozenset(kp[k] for k in ks)) for r, ks in value]
+    return tuple(sorted(index, key=lambda rk: rk[0]))
+
+
+def _perm_entries(value: Any, kp: dict[bytes, bytes], rp: dict[str, str]) -> Any:
+    return tuple(Entry(kp[e.key], rp[e.request], e.generation) for e in value)
+
+
+def _perm_queue(value: Any, kp: dict[bytes, bytes], rp: dict[str, str]) -> Any:
+    return tuple(_perm_entries(b, kp, rp) for b in value)
+
+
+def _perm_results(value: Any, kp: dict[bytes, bytes], rp: dict[str, str]) -> Any:
+    return tuple(Result(kp[r.key], r.generation, r.verdict) for r in value)

@@ -1,0 +1,470 @@
+"""Exhaustive bounded model checker of the async lookup spec.
+
+Breadth-first search over every interleaving of scheduler and worker actions
+for small bounds (``Bounds``): keys, requests, batch entries per step, queued
+batches, posted results and the verdict alphabet.  The bounds are extra
+enabling conditions: a step whose target would exceed one is not part of the
+bounded model.  Every state and step property of ``spec.properties.ALWAYS`` is
+checked on every reachable state and every step; an action that raises is a
+violation too.  Progress (property 6) is checked once the fixpoint is reached,
+as "from every reachable state a quiescent state is reachable without
+shutdown" (shutdown would make every state trivially quiescent).  The
+``SOMETIMES`` goals are reported, so that an empty search cannot pass.
+
+The successor function is the spec's own: the enabling predicate and action
+function of the transition table passed in (``spec.core.TRANSITIONS`` or a
+broken variant from ``spec.variants``).  For speed, states are interned
+encodings (``spec._canon``), canonicalised by sound reductions, and every
+function is memoised by the fields it reads (``spec._memo``).  Traces are
+rebuilt at the end by replaying concrete steps from ``INITIAL``, so a
+counterexample is a real run of the table, shortest because the search is
+breadth-first and the reductions preserve distances.
+
+What it does not do: print (see ``spec._report``), or check unbounded runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from array import array
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from spec._canon import Ids, Reductions, Space
+from spec._memo import Memo, changed_fields
+from spec.core import (
+    INITIAL,
+    Action,
+    Cleanup,
+    Drain,
+    Flush,
+    Lookup,
+    MarkMiss,
+    MarkPresent,
+    Output,
+    Post,
+    ProbeGroup,
+    Shutdown,
+    State,
+    TakeBatch,
+    Transition,
+    group_of,
+)
+from spec.core import TRANSITIONS as SPEC_TRANSITIONS
+from spec.properties import ALWAYS, SOMETIMES, Property, quiescent
+
+__all__ = [
+    "Bounds", "CheckResult", "Reductions", "TraceStep", "Violation", "check",
+]
+
+Table = Mapping[type, Transition]
+ProgressFn = Callable[[int, int, float], None]
+CRASH = "action_raised"
+PROGRESS = "progress_quiescence_reachable"
+MAX_NAMES = 4
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The bounds of one search; keys are b"k0".., requests "A".."""
+
+    keys: int = 1
+    requests: int = 2
+    batch_entries: int = 2
+    queued_batches: int = 2
+    posted_results: int = 2
+    verdicts: tuple[bool, ...] = (True, False)
+
+    def __post_init__(self) -> None:
+        for name in ("keys", "requests"):
+            if not 1 <= getattr(self, name) <= MAX_NAMES:
+                raise ValueError(f"{name} must be between 1 and {MAX_NAMES}")
+        for name in ("batch_entries", "queued_batches", "posted_results"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if not self.verdicts or len(set(self.verdicts)) != len(self.verdicts):
+            raise ValueError("verdicts must be a non-empty set of booleans")
+
+    @property
+    def key_names(self) -> tuple[bytes, ...]:
+        return tuple(b"k%d" % i for i in range(self.keys))
+
+    @property
+    def request_names(self) -> tuple[str, ...]:
+        return tuple("ABCD"[: self.requests])
+
+    def actions(self) -> tuple[Action, ...]:
+        """The finite action universe: single-key marks, every answer vector.
+
+        A failed tier call (``ProbeGroup(None)``) has the same successor as all
+        False answers, so it is not enumerated apart.
+        """
+        keys, requests = self.key_names, self.request_names
+        answers = [
+            ProbeGroup(a)
+            for n in range(1, self.batch_entries + 1)
+            for a in itertools.product(self.verdicts, repeat=n)
+        ]
+        return (
+            *(Lookup(k, r) for k in keys for r in requests),
+            Flush(),
+            *(Cleanup(r) for r in requests),
+            *(MarkMiss((k,)) for k in keys),
+            *(MarkPresent((k,)) for k in keys),
+            Drain(),
+            Shutdown(),
+            TakeBatch(),
+            *answers,
+            Post(),
+        )
+
+    def within(self, state: State) -> bool:
+        """Whether ``state`` is inside the bounded model."""
+        return (
+            len(state.batch) <= self.batch_entries
+            and len(state.queue) <= self.queued_batches
+            and len(state.posted) <= self.posted_results
+        )
+
+
+class TraceStep(NamedTuple):
+    """One concrete step of a counterexample: the action, its output, the state after."""
+
+    action: Action
+    output: Output
+    state: State
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A broken property and the shortest trace from INITIAL that breaks it."""
+
+    property: str
+    number: int  # PROTOCOL.md property number; 0 for an action that raised
+    doc: str
+    efficiency: bool
+    trace: tuple[TraceStep, ...]
+    then: tuple[TraceStep, ...] = ()  # what the worker does next, after a bad flush
+
+
+@dataclass
+class CheckResult:
+    """What a search found: sizes, time, the first violation, the goals reached."""
+
+    bounds: Bounds
+    reductions: Reductions
+    states: int = 0
+    transitions: int = 0
+    depth: int = 0
+    fixpoint: bool = False
+    seconds: float = 0.0
+    violation: Violation | None = None
+    sometimes: dict[str, bool] = field(default_factory=dict)
+    stuck: int = 0  # states from which no quiescent state is reachable
+    graph: list[tuple[int, Action, int]] | None = None  # labelled edges, if kept
+    states_list: list[State] | None = None  # representatives, if kept
+
+    @property
+    def holds(self) -> bool:
+        """Every property holds: fixpoint reached and nothing violated."""
+        return self.fixpoint and self.violation is None
+
+
+# Actions memoised together: each family's actions read much the same fields.
+FAMILIES: list[tuple[type, ...]] = [
+    (Lookup, Cleanup, MarkMiss, MarkPresent),
+    (Flush, Drain, Shutdown),
+    (TakeBatch, ProbeGroup, Post),
+]
+_STEP_PROPS = tuple(p for p in ALWAYS if p.step is not None)
+_STATE_PROPS = tuple(p for p in ALWAYS if p.state is not None)
+_BY_NAME: dict[str, Property] = {p.name: p for p in ALWAYS}
+
+# An outcome of one enabled action: (action number, changed (field, id) pairs,
+# names of the step properties it breaks).
+Outcome = tuple[int, tuple[tuple[int, int], ...], tuple[str, ...]]
+
+
+def check(
+    bounds: Bounds = Bounds(),
+    table: Table = SPEC_TRANSITIONS,
+    *,
+    reductions: Reductions = Reductions(),
+    memoised: bool = True,
+    max_states: int | None = None,
+    max_seconds: float | None = None,
+    on_progress: ProgressFn | None = None,
+    keep_graph: bool = False,
+) -> CheckResult:
+    """Search every interleaving within ``bounds`` of the actions of ``table``."""
+    return _Search(bounds, table, reductions, memoised, keep_graph).run(
+        max_states, max_seconds, on_progress
+    )
+
+
+class _Search:
+    def __init__(
+        self, bounds: Bounds, table: Table, reductions: Reductions, memoised: bool, keep: bool
+    ) -> None:
+        self.bounds, self.table, self.keep = bounds, table, keep
+        self.space = Space(bounds.key_names, bounds.request_names, reductions)
+        self.universe = bounds.actions()
+        self.result = CheckResult(bounds, reductions)
+        self.memoised = memoised
+        numbered = list(enumerate(self.universe))
+        self.families = [
+            self._memo(self._family([(n, a) for n, a in numbered if type(a) in kinds]))
+            for kinds in FAMILIES
+        ]
+        self.no_edge = {n for n, a in numbered if isinstance(a, Shutdown)}
+        self.invariants = [(p, self._memo(p.state)) for p in _STATE_PROPS if p.state]
+        self.quiet = self._memo(quiescent)
+        self.goals = [(name, self._memo(goal)) for name, goal in SOMETIMES]
+
+    def _memo(self, fn: Callable[[State], Any]) -> Callable[[Ids, Callable[[], State]], Any]:
+        if self.memoised:
+            return Memo(fn)
+        return lambda ids, build: fn(build())
+
+    def _family(self, actions: list[tuple[int, Action]]) -> Callable[[State], tuple[Outcome, ...]]:
+        """One memoisable function: every outcome of the actions of one type."""
+        table, bounds, intern = self.table, self.bounds, self.space.intern
+
+        def outcomes(before: State) -> tuple[Outcome, ...]:
+            found: list[Outcome] = []
+            for number, action in actions:
+                transition = table[type(action)]
+                try:
+                    if not transition.enabled(before, action):
+                        continue
+                    after, output = transition.apply(before, action)
+                    # Untracked: a field copied from ``before`` is within bounds already.
+                    if not bounds.within(State._make(tuple.__iter__(after))):
+                        continue
+                    bad = tuple(
+                        p.name for p in _STEP_PROPS
+                        if p.step is not None and not p.step(before, action, after, output)
+                    )
+                except Exception as exc:  # a crash of the table is itself a violation
+                    found.append((number, (), (f"{CRASH}: {type(exc).__name__}: {exc}",)))
+                    continue
+                changed = tuple((f, intern(f, v)) for f, v in changed_fields(after))
+                found.append((number, changed, bad))
+            return tuple(found)
+
+        return outcomes
+
+    # -- the breadth-first search ----------------------------------------------------
+
+    def run(
+        self, max_states: int | None, max_seconds: float | None, on_progress: ProgressFn | None
+    ) -> CheckResult:
+        started = time.perf_counter()
+        space, result = self.space, self.result
+        init = space.canonical_of(INITIAL)
+        self.keys: list[Ids] = [init]
+        index: dict[Ids, int] = {init: 0}
+        self.parent, self.via = array("i", [-1]), array("i", [-1])
+        self.quiescent = bytearray()
+        self.edges, self.edge_start = array("i"), array("q", [0])
+        reached = {name: False for name, _ in self.goals}
+        graph: list[tuple[int, Action, int]] = []
+        if self._admit(0, reached):
+            return self._finish(started, reached)
+        i, level_end, depth, families, no_edge = 0, 1, 0, self.families, self.no_edge
+        keys, canonical, state_of = self.keys, space.canonical, space.state_of
+        while i < len(keys):
+            if i == level_end:
+                depth, level_end = depth + 1, len(keys)
+            if i & 1023 == 0 and i:
+                elapsed = time.perf_counter() - started
+                if on_progress is not None and i & 16383 == 0:
+                    on_progress(len(keys), depth, elapsed)
+                if (max_states is not None and len(keys) >= max_states) or (
+                    max_seconds is not None and elapsed >= max_seconds
+                ):
+                    break
+            ids = keys[i]
+
+            def build(ids: Ids = ids) -> State:
+                return state_of(ids)
+
+            successors: set[int] = set()
+            for family in families:
+                for number, changed, bad in family(ids, build):
+                    result.transitions += 1
+                    if changed:
+                        raw = list(ids)
+                        for f, vid in changed:
+                            raw[f] = vid
+                        target = canonical(tuple(raw))
+                    else:
+                        target = ids
+                    if bad:
+                        result.depth = depth
+                        self._violation_at_step(i, number, target, bad[0])
+                        return self._finish(started, reached)
+                    j = index.get(target)
+                    if j is None:
+                        j = index[target] = len(keys)
+                        keys.append(target)
+                        self.parent.append(i)
+                        self.via.append(number)
+                        if self._admit(j, reached):
+                            result.depth = depth + 1
+                            return self._finish(started, reached)
+                    if self.keep:
+                        graph.append((i, self.universe[number], j))
+                    if j != i and number not in no_edge:
+                        successors.add(j)
+            self.edges.extend(successors)
+            self.edge_start.append(len(self.edges))
+            i += 1
+        result.depth = depth
+        result.fixpoint = i == len(keys)
+        if self.keep:
+            result.graph = graph
+            result.states_list = [state_of(k) for k in keys]
+        if result.fixpoint:
+            self._check_progress()
+        return self._finish(started, reached)
+
+    def _admit(self, j: int, reached: dict[str, bool]) -> bool:
+        """Check a newly reached state; True if it breaks an invariant."""
+        ids = self.keys[j]
+
+        def build() -> State:
+            return self.space.state_of(ids)
+
+        for prop, memo in self.invariants:
+            if not memo(ids, build):
+                self._record(prop.name, self._path_to(j), None)
+                return True
+        self.quiescent.append(1 if self.quiet(ids, build) else 0)
+        for name, memo in self.goals:
+            if not reached[name] and memo(ids, build):
+                reached[name] = True
+        return False
+
+    def _finish(self, started: float, reached: dict[str, bool]) -> CheckResult:
+        result = self.result
+        result.states = len(self.keys)
+        result.sometimes = reached
+        result.seconds = time.perf_counter() - started
+        return result
+
+    # -- progress ----------------------------------------------------------------
+
+    def _check_progress(self) -> None:
+        """Backward reachability from the quiescent states over non-shutdown steps."""
+        n, edges, start = len(self.keys), self.edges, self.edge_start
+        counts = array("q", bytes(8 * (n + 1)))
+        for t in edges:
+            counts[t + 1] += 1
+        for t in range(n):
+            counts[t + 1] += counts[t]
+        fill = array("q", counts)
+        sources = array("i", bytes(4 * len(edges)))
+        for s in range(n):
+            for e in range(start[s], start[s + 1]):
+                t = edges[e]
+                sources[fill[t]] = s
+                fill[t] += 1
+        good = bytearray(self.quiescent)
+        todo = [s for s in range(n) if good[s]]
+        while todo:
+            t = todo.pop()
+            for e in range(counts[t], counts[t + 1]):
+                s = sources[e]
+                if not good[s]:
+                    good[s] = 1
+                    todo.append(s)
+        stuck = [s for s in range(n) if not good[s] and not self.space.state_of(self.keys[s]).stopped]
+        self.result.stuck = len(stuck)
+        if stuck:
+            self._record(PROGRESS, self._path_to(stuck[0]), None)
+
+    # -- counterexamples -------------------------------------------------------------
+
+    def _path_to(self, j: int) -> list[tuple[int, int]]:
+        """(state index, action number) pairs leading from INITIAL to state ``j``."""
+        path = []
+        while self.parent[j] >= 0:
+            path.append((j, self.via[j]))
+            j = self.parent[j]
+        return path[::-1]
+
+    def _violation_at_step(self, i: int, number: int, target: Ids, name: str) -> None:
+        self._record(name, self._path_to(i), (number, target))
+
+    def _record(
+        self, name: str, path: list[tuple[int, int]], last: tuple[int, Ids] | None
+    ) -> None:
+        """Replay ``path`` (then the breaking step ``last``) concretely from INITIAL."""
+        trace: list[TraceStep] = []
+        state = INITIAL
+        for j, number in path:
+            step = self._concrete(state, number, self.keys[j], None)
+            trace.append(step)
+            state = step.state
+        if last is not None:
+            step = self._concrete(state, last[0], last[1], name)
+            trace.append(step)
+        then = _worker_continues(trace[-1].state, self.table) if trace and isinstance(
+            trace[-1].action, Flush
+        ) else ()
+        prop = _BY_NAME.get(name)
+        if prop is not None:
+            self.result.violation = Violation(
+                name, prop.number, prop.doc, prop.efficiency, tuple(trace), then
+            )
+        elif name == PROGRESS:
+            doc = "From every reachable state a quiescent state is reachable (without shutdown)."
+            self.result.violation = Violation(name, 6, doc, False, tuple(trace), then)
+        else:
+            self.result.violation = Violation(CRASH, 0, name, False, tuple(trace), then)
+
+    def _concrete(self, state: State, number: int, target: Ids, broken: str | None) -> TraceStep:
+        """A step from ``state`` of the same kind as action ``number`` that reaches
+        ``target`` (up to the reductions) and, if ``broken``, breaks that property."""
+        kind = type(self.universe[number])
+        for action in self.universe:
+            if type(action) is not kind:
+                continue
+            transition = self.table[kind]
+            try:
+                if not transition.enabled(state, action):
+                    continue
+                after, output = transition.apply(state, action)
+            except Exception:
+                if broken is not None and broken.startswith(CRASH):
+                    return TraceStep(action, None, state)
+                continue
+            if not self.bounds.within(after) or self.space.canonical_of(after) != target:
+                continue
+            prop = _BY_NAME.get(broken or "")
+            if broken is None or (
+                prop is not None and prop.step is not None
+                and not prop.step(state, action, after, output)
+            ):
+                return TraceStep(action, output, after)
+        raise AssertionError(f"no concrete {kind.__name__} step replays the search")
+
+
+def _worker_continues(state: State, table: Table, limit: int = 12) -> tuple[TraceStep, ...]:
+    """The worker's next steps (answers all True) until it is idle: what a bad flush leads to."""
+    steps: list[TraceStep] = []
+    for _ in range(limit):
+        group = group_of(state.held)
+        for action in (TakeBatch(), ProbeGroup((True,) * len(group)), Post()):
+            transition = table[type(action)]
+            if transition.enabled(state, action):
+                state, output = transition.apply(state, action)
+                steps.append(TraceStep(action, output, state))
+                break
+        else:
+            break
+    return tuple(steps)
+

@@ -1,0 +1,521 @@
+"""Observation-based conformance checking: which spec states can a black box be in?
+
+Theory of operation
+-------------------
+An implementation under test (IUT) is a black box.  The oracle sees only the
+calls it makes (``lookup`` with the verdict it returned, ``flush``, ``cleanup``,
+``mark_miss``, ``mark_present``, ``drain_results``, ``shutdown``, and in stepped
+mode the worker steps ``take_batch`` / ``probe_group`` / ``post`` with what they
+returned) and every tier call the IUT's worker makes, with the answer the
+oracle's tier gave.  Each of these is an *observation*, a frozen dataclass
+named after the spec action it shows.
+
+``Checker`` keeps the set of ``spec.core`` states consistent with every
+observation so far.  Each observation maps every state to the successors that
+explain it and keeps those; hidden steps fill the gaps:
+
+- in threaded mode the worker's ``TakeBatch`` and ``Post`` are invisible, so
+  after every observation the set is closed under them (a ``ProbeGroup`` is
+  never hidden: the oracle's tier sees every call);
+- a ``lookup`` may drain even when no flush happened since the last drain, so
+  each lookup is explained by the spec's lookup with or without a drain first;
+- a faulty tier answer (an exception, a wrong length, a non-bool, a lazy
+  iterable that raises) allows, per key, False or the proper bool the tier gave
+  at that position, so both the strict and the lenient worker policy conform;
+- the protocol does not fix the order of request groups within a batch, so a
+  tier call may probe any group of the batch in hand;
+- ``cleanup`` may also delete an orphaned IN_FLIGHT probe.  That breaks only
+  property 8 (an efficiency property), so such states are kept but tagged; when
+  only tagged states remain the checker records a property-8 *warning* and goes
+  on checking safety.
+
+When the set becomes empty the observation is excluded by the spec: the
+checker returns a ``Violation`` naming the PROTOCOL.md property (chosen by
+``spec.oracle_classify``) and the last states that were still possible.
+
+This module drives no implementation and knows no threads: adapters and the
+Hypothesis machine (``spec.oracle_machine``) build observations and feed them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from spec import core
+from spec.core import INITIAL, Phase, State, Transition
+
+CLOSED = "closed"  # an adapter's name for the IUT's closed-manager error
+MAX_STATES = 10_000
+
+
+class OracleLimitError(RuntimeError):
+    """The set of possible states outgrew its bound: the oracle cannot judge this run."""
+
+
+# -- what the oracle's tier answered ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the oracle's tier did on one call: the values it gave and how it ended.
+
+    ``lazy``: a generator rather than a list; ``raises``: raised, after yielding
+    ``values`` when lazy (a plain call that raises yields nothing).
+    """
+
+    values: tuple[object, ...] = ()
+    raises: bool = False
+    lazy: bool = False
+    slow: bool = False
+
+    def proper(self, n: int) -> bool:
+        """Whether this is a well-formed answer for ``n`` keys: n bools, no exception."""
+        return (
+            not self.raises and len(self.values) == n
+            and all(type(v) is bool for v in self.values)
+        )
+
+    def __str__(self) -> str:
+        shown = "[" + ", ".join(map(repr, self.values)) + "]"
+        if self.raises:
+            text = f"yielded {shown} then raised" if self.lazy else "raised"
+        else:
+            text = f"{'yielded' if self.lazy else 'answered'} {shown}"
+        return text + (" slowly" if self.slow else "")
+
+
+def verdict_candidates(answer: Answer, n: int) -> tuple[tuple[bool, ...], ...]:
+    """The verdict tuples a conforming worker may derive from ``answer`` for n keys.
+
+    A proper answer gives exactly its values.  Otherwise each key gets False, or
+    the bool the tier gave at its position when it gave one (lenient policy).
+    """
+    if answer.proper(n):
+        return (tuple(bool(v) for v in answer.values),)
+    options = [
+        (False, True)
+        if i < len(answer.values) and answer.values[i] is True
+        else (False,)
+        for i in range(n)
+    ]
+    return tuple(itertools.product(*options))
+
+
+# -- observations --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """``lookup(key, request)`` returned ``verdict`` (or raised ``error``)."""
+
+    key: bytes
+    request: str
+    verdict: bool | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Flush:
+    """``flush()`` returned (or raised ``error``)."""
+
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Cleanup:
+    """``cleanup(request)`` returned (or raised ``error``)."""
+
+    request: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class MarkMiss:
+    """``mark_miss(keys)`` returned (or raised ``error``)."""
+
+    keys: tuple[bytes, ...]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class MarkPresent:
+    """``mark_present(keys)`` returned (or raised ``error``)."""
+
+    keys: tuple[bytes, ...]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class DrainResults:
+    """``drain_results()`` returned (or raised ``error``)."""
+
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """``shutdown()`` returned (or raised ``error``)."""
+
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class TierCall:
+    """The IUT's worker called the tier with ``keys`` for ``request``; it got ``answer``."""
+
+    keys: tuple[bytes, ...]
+    request: str
+    answer: Answer
+
+
+@dataclass(frozen=True)
+class TakeBatch:
+    """Stepped mode: the worker step ``take_batch()`` returned ``took``."""
+
+    took: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ProbeGroup:
+    """Stepped mode: ``probe_group()`` returned ``probed`` (its tier call is a TierCall)."""
+
+    probed: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Post:
+    """Stepped mode: the worker step ``post()`` returned ``posted``."""
+
+    posted: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Settled:
+    """Threaded mode: with every owed tier call answered, the worker posted all it had."""
+
+
+@dataclass(frozen=True)
+class Stalled:
+    """Threaded mode: ``waiting_for`` ("tier call" or "post") did not happen within the bound."""
+
+    waiting_for: str
+    worker_alive: bool
+
+
+@dataclass(frozen=True)
+class WorkerDied:
+    """The IUT's worker is no longer running, before any shutdown."""
+
+    reason: str = ""
+
+
+Observation = (
+    Lookup | Flush | Cleanup | MarkMiss | MarkPresent | DrainResults | Shutdown
+    | TierCall | TakeBatch | ProbeGroup | Post | Settled | Stalled | WorkerDied
+)
+SCHEDULER_CALLS = (Lookup, Flush, Cleanup, MarkMiss, MarkPresent, DrainResults, Shutdown)
+WORKER_STEPS = (TakeBatch, ProbeGroup, Post)
+
+
+@dataclass(frozen=True)
+class Violation:
+    """An observation that no spec state explains, and the property that excludes it.
+
+    ``number``: the PROTOCOL.md property (None: a usage error, a call after
+    shutdown that did not raise the closed-manager error).  ``states``: a few of
+    the spec states that were still possible just before ``observation``.
+    """
+
+    number: int | None
+    detail: str
+    index: int  # the observation's position in the checker's history
+    observation: Observation
+    states: tuple[State, ...]
+
+    @property
+    def kind(self) -> str:
+        """``safety``, ``efficiency`` (property 8) or ``usage``."""
+        if self.number is None:
+            return "usage"
+        return "efficiency" if self.number == 8 else "safety"
+
+    @property
+    def title(self) -> str:
+        """E.g. ``property 1 (no cleaned-up entry is submitted)``."""
+        if self.number is None:
+            return "usage error (a call after shutdown)"
+        return f"property {self.number} ({PROPERTY_NAMES[self.number]})"
+
+
+PROPERTY_NAMES: Mapping[int, str] = {
+    1: "no cleaned-up entry is submitted",
+    2: "no cleaned-up entry is delivered",
+    3: "exactly once",
+    4: "bookkeeping",
+    5: "no leak",
+    6: "progress",
+    7: "survival",
+    8: "no redundant probe",
+    9: "right context",
+}
+
+
+# -- the checker -----------------------------------------------------------------
+
+Successors = Callable[[State], Iterable[State]]
+
+
+class Checker:
+    """The set of spec states consistent with every observation so far.
+
+    ``hidden_worker``: the worker's TakeBatch and Post are not observed
+    (threaded mode).  ``table``: the spec's transitions (a broken table checks
+    an implementation against a broken spec).
+    """
+
+    def __init__(
+        self,
+        *,
+        hidden_worker: bool,
+        max_states: int = MAX_STATES,
+        table: Mapping[type, Transition] = core.TRANSITIONS,
+    ) -> None:
+        self.hidden_worker = hidden_worker
+        self.max_states = max_states
+        self.table = table
+        # state -> True when its history used an inefficient cleanup (property 8)
+        self._states: dict[State, bool] = {INITIAL: False}
+        self.history: list[Observation] = []
+        self.violation: Violation | None = None
+        self.warnings: list[Violation] = []
+        self.stopped = False
+        # (key, generation) of probes answered by a faulty tier call, and of
+        # unresolved probes named by a mark_miss: context for classification.
+        self.faulty: set[tuple[bytes, int]] = set()
+        self.missed: set[tuple[bytes, int]] = set()
+
+    @property
+    def states(self) -> tuple[State, ...]:
+        """The possible states, efficient ones first."""
+        return tuple(sorted(self._states, key=lambda s: self._states[s]))
+
+    def efficient_states(self) -> tuple[State, ...]:
+        """The possible states whose history kept property 8."""
+        return tuple(s for s, tagged in self._states.items() if not tagged)
+
+    def owed_tier_calls(self) -> int:
+        """Tier calls every possible state still owes (groups queued or held)."""
+        return min(_groups_owed(s) for s in self._states)
+
+    def may(self, action: core.Action) -> bool:
+        """Whether ``action`` is enabled in some possible state (for preconditions)."""
+        return any(core.enabled(s, action, self.table) for s in self._states)
+
+    def observe(self, obs: Observation) -> Violation | None:
+        """Take one observation; return the violation if no state explains it.
+
+        After a violation the checker is frozen: later observations are recorded
+        and the first violation is returned again.
+        """
+        self.history.append(obs)
+        if self.violation is not None:
+            return self.violation
+        before = self._states
+        problem = self._usage(obs)
+        after = {} if problem is not None else self._advance(obs)
+        if after and self.hidden_worker:
+            after = self._close(after, (core.TakeBatch(), core.Post()))
+        if not after:
+            from spec.oracle_classify import classify
+
+            number, detail = problem if problem is not None else classify(self, obs, before)
+            self.violation = Violation(
+                number, detail, len(self.history) - 1, obs, tuple(before)[:3]
+            )
+            return self.violation
+        if len(after) > self.max_states:
+            raise OracleLimitError(
+                f"{len(after)} possible spec states after {obs!r} (bound {self.max_states})"
+            )
+        if all(after.values()) and not all(before.values()):
+            from spec.oracle_classify import efficiency_detail
+
+            efficient = {s: t for s, t in before.items() if not t}
+            self.warnings.append(
+                Violation(
+                    8, efficiency_detail(self, obs, efficient), len(self.history) - 1,
+                    obs, tuple(efficient)[:3],
+                )
+            )
+        self._states = after
+        return None
+
+    # -- one observation ---------------------------------------------------------
+
+    def _usage(self, obs: Observation) -> tuple[int | None, str] | None:
+        """Errors and calls after shutdown, judged before any state is stepped."""
+        error = getattr(obs, "error", None)
+        if isinstance(obs, Shutdown):
+            if error is not None:
+                return 7, f"shutdown() raised {error}"
+            return None
+        if self.stopped:
+            if isinstance(obs, SCHEDULER_CALLS) and error != CLOSED:
+                shown = "returned normally" if error is None else f"raised {error}"
+                return None, f"a call after shutdown() {shown} instead of the closed-manager error"
+            return None
+        if error is not None:
+            return 7, f"the IUT raised {error} although the spec's action is enabled"
+        return None
+
+    def _advance(self, obs: Observation) -> dict[State, bool]:
+        if self.stopped:  # a scheduler call raised the closed-manager error: no change
+            return {} if isinstance(obs, TierCall) else dict(self._states)
+        if isinstance(obs, Lookup):
+            return self._each(lambda s: self._lookups(s, obs))
+        if isinstance(obs, Cleanup):
+            return self._cleanup(obs.request)
+        if isinstance(obs, MarkMiss):
+            for s in self._states:
+                for key in obs.keys:
+                    p = core.probe_of(s, key)
+                    if p is not None and p.phase is not Phase.RESOLVED:
+                        self.missed.add((key, p.generation))
+            return self._each(self._stepper(core.MarkMiss(obs.keys)))
+        if isinstance(obs, Shutdown):
+            hidden: tuple[core.Action, ...] = (core.Post(),)
+            if self.hidden_worker:
+                hidden = (core.TakeBatch(), core.Post())
+            self.stopped = True
+            return self._each(self._stepper(core.Shutdown()), self._close(self._states, hidden))
+        if isinstance(obs, TierCall):
+            return self._each(lambda s: self._probes(s, obs))
+        if isinstance(obs, TakeBatch | Post):
+            action: core.Action = core.TakeBatch() if isinstance(obs, TakeBatch) else core.Post()
+            did = obs.took if isinstance(obs, TakeBatch) else obs.posted
+            if did:
+                return self._each(self._stepper(action))
+            return {s: t for s, t in self._states.items() if not core.enabled(s, action)}
+        if isinstance(obs, ProbeGroup):
+            if obs.probed:
+                return dict(self._states)  # its tier call was the observation before
+            return {s: t for s, t in self._states.items() if not s.held}
+        if isinstance(obs, Settled):
+            return {
+                s: t for s, t in self._states.items()
+                if not (s.queue or s.held or s.answered)
+            }
+        if isinstance(obs, Stalled):
+            if obs.waiting_for == "tier call" and self.owed_tier_calls() == 0:
+                return dict(self._states)
+            return {}
+        if isinstance(obs, WorkerDied):
+            return {}
+        simple: Mapping[type, core.Action] = {
+            Flush: core.Flush(), DrainResults: core.Drain(),
+            MarkPresent: core.MarkPresent(getattr(obs, "keys", ())),
+        }
+        return self._each(self._stepper(simple[type(obs)]))
+
+    def _stepper(self, action: core.Action) -> Successors:
+        table = self.table
+
+        def successors(state: State) -> Iterable[State]:
+            transition = table[type(action)]
+            if transition.enabled(state, action):
+                yield transition.apply(state, action)[0]
+
+        return successors
+
+    def _each(
+        self, successors: Successors, states: Mapping[State, bool] | None = None
+    ) -> dict[State, bool]:
+        """Map every state through ``successors``; an efficient path wins a tie."""
+        out: dict[State, bool] = {}
+        for state, tagged in (self._states if states is None else states).items():
+            for nxt in successors(state):
+                out[nxt] = out.get(nxt, True) and tagged
+        return out
+
+    def _close(
+        self, states: Mapping[State, bool], hidden: tuple[core.Action, ...]
+    ) -> dict[State, bool]:
+        """``states`` plus everything reachable from them by ``hidden`` actions."""
+        out = dict(states)
+        frontier = list(states.items())
+        while frontier:
+            state, tagged = frontier.pop()
+            for action in hidden:
+                transition = self.table[type(action)]
+                if not transition.enabled(state, action):
+                    continue
+                nxt = transition.apply(state, action)[0]
+                if nxt not in out or (out[nxt] and not tagged):
+                    out[nxt] = tagged
+                    frontier.append((nxt, tagged))
+        return out
+
+    def _lookups(self, state: State, obs: Lookup) -> Iterable[State]:
+        """The spec's lookup, also after an optional early drain; the verdict must match."""
+        action = core.Lookup(obs.key, obs.request)
+        starts = [state]
+        if state.posted and not state.drain_due:
+            starts.append(core.apply_posted(state))
+        apply = self.table[core.Lookup]
+        for start in starts:
+            if apply.enabled(start, action):
+                nxt, verdict = apply.apply(start, action)
+                if verdict == obs.verdict and type(verdict) is type(obs.verdict):
+                    yield nxt
+
+    def _cleanup(self, request: str) -> dict[State, bool]:
+        """The spec's cleanup, plus (tagged) one that also deletes orphaned IN_FLIGHT probes."""
+        out: dict[State, bool] = {}
+        transition = self.table[core.Cleanup]
+        action = core.Cleanup(request)
+        for state, tagged in self._states.items():
+            if not transition.enabled(state, action):
+                continue
+            nxt = transition.apply(state, action)[0]
+            out[nxt] = out.get(nxt, True) and tagged
+            mine = core.keys_of(state, request)
+            wasteful = nxt._replace(
+                probes=tuple(
+                    (k, p) for k, p in nxt.probes if p.requesters or k not in mine
+                )
+            )
+            if wasteful != nxt:
+                out.setdefault(wasteful, True)
+        return out
+
+    def _probes(self, state: State, obs: TierCall) -> Iterable[State]:
+        """ProbeGroup for the held group that matches the call, for each allowed verdict."""
+        requests = list(dict.fromkeys(e.request for e in state.held))
+        if obs.request not in requests:
+            return
+        group = [e for e in state.held if e.request == obs.request]
+        by_key = {e.key: e for e in group}
+        if len(by_key) != len(group) or sorted(by_key) != sorted(obs.keys):
+            return
+        ordered = tuple(by_key[k] for k in obs.keys)
+        rest = tuple(e for e in state.held if e.request != obs.request)
+        start = state._replace(held=ordered + rest)
+        proper = obs.answer.proper(len(ordered))
+        if not proper:
+            self.faulty.update((e.key, e.generation) for e in ordered)
+        apply = self.table[core.ProbeGroup]
+        for verdicts in verdict_candidates(obs.answer, len(ordered)):
+            action = core.ProbeGroup(verdicts)
+            if apply.enabled(start, action):
+                yield apply.apply(start, action)[0]
+
+
+def _groups_owed(state: State) -> int:
+    """Tier calls a state still owes: one per request group, queued or held."""
+    queued = sum(len({e.request for e in batch}) for batch in state.queue)
+    return queued + len({e.request for e in state.held})

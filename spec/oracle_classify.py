@@ -1,0 +1,163 @@
+"""Name the PROTOCOL.md property that excludes an observation.
+
+When ``spec.observe.Checker`` finds that no possible spec state explains an
+observation, ``classify`` looks at the states that were possible just before
+it and says which rule the implementation broke, in the protocol's words:
+
+- a lookup verdict no state allows: None where every state has a verdict is
+  progress (6); a verdict where the probe is still unresolved is a delivered
+  stale or forced verdict (2), or exactly-once (3) when a mark_miss named that
+  very probe while it was unresolved; a wrong bool from a faulty tier call is
+  survival (7);
+- a tier call no state owes: a key the request already shares a probe of is a
+  redundant probe (8); a key with no live submitted probe is a cleaned-up entry
+  submitted (1); owed keys in the wrong grouping or context are right context (9);
+- a worker step the spec does not allow, a stall or a dead worker: progress (6),
+  exactly once (3) or survival (7).
+
+It only reads states and observations; the choice is a diagnosis for the
+report, not part of the acceptance check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from spec import core
+from spec.core import Phase, State
+from spec.observe import (
+    Checker,
+    Lookup,
+    Observation,
+    Post,
+    ProbeGroup,
+    Settled,
+    Shutdown,
+    Stalled,
+    TakeBatch,
+    TierCall,
+    WorkerDied,
+)
+
+
+def classify(
+    checker: Checker, obs: Observation, before: Mapping[State, bool]
+) -> tuple[int, str]:
+    """The property number that excludes ``obs`` from ``before``, and why, in one line."""
+    states = list(before)
+    if isinstance(obs, Lookup):
+        return _lookup(checker, obs, states)
+    if isinstance(obs, TierCall):
+        return _tier_call(checker, obs, states)
+    if isinstance(obs, TakeBatch):
+        if obs.took:
+            return 3, "take_batch() took a batch although no flushed batch was waiting"
+        return 6, "take_batch() took nothing although a flushed batch was waiting"
+    if isinstance(obs, ProbeGroup):
+        return 6, "probe_group() probed nothing although the worker holds a batch"
+    if isinstance(obs, Post):
+        if obs.posted:
+            return 3, "post() posted although the worker had nothing answered"
+        return 6, "post() posted nothing although the worker had answered results"
+    if isinstance(obs, Settled):
+        return 6, "the worker reported idle although the spec still owes work"
+    if isinstance(obs, Stalled):
+        if not obs.worker_alive:
+            return 7, f"the worker died: no {obs.waiting_for} came and its thread is gone"
+        return 6, f"no {obs.waiting_for} came within the bound although the spec owes one"
+    if isinstance(obs, WorkerDied):
+        return 7, f"the worker died before shutdown{': ' + obs.reason if obs.reason else ''}"
+    if isinstance(obs, Shutdown):
+        return 6, "shutdown() returned although the batch in hand was not probed and posted"
+    return 2, f"{type(obs).__name__} is not explained by any possible spec state"
+
+
+def efficiency_detail(checker: Checker, obs: Observation, efficient: Mapping[State, bool]) -> str:
+    """Why only states with an inefficient cleanup explain ``obs``."""
+    _, why = classify(checker, obs, efficient)
+    return (
+        "only explained if cleanup deleted an orphaned IN_FLIGHT probe, so that the "
+        f"key is probed a second time ({why})"
+    )
+
+
+def _verdicts(state: State, obs: Lookup) -> set[bool | None]:
+    """What the spec's lookup may return in ``state`` (with or without an early drain)."""
+    action = core.Lookup(obs.key, obs.request)
+    out: set[bool | None] = set()
+    for start in (state, core.apply_posted(state)):
+        if core.lookup_enabled(start, action):
+            out.add(core.lookup(start, action)[1])
+    return out
+
+
+def _lookup(checker: Checker, obs: Lookup, states: list[State]) -> tuple[int, str]:
+    allowed: set[bool | None] = set()
+    for state in states:
+        allowed |= _verdicts(state, obs)
+    shown = ", ".join(sorted(map(repr, allowed)))
+    said = f"lookup({obs.key!r}, {obs.request!r}) returned {obs.verdict!r}; the spec allows {shown}"
+    probes = [p for s in states if (p := core.probe_of(s, obs.key)) is not None]
+    faulty = any((obs.key, p.generation) in checker.faulty for p in probes)
+    if obs.verdict is None:
+        note = " (its tier call was faulty)" if faulty else ""
+        return 6, f"{said}: a verdict the worker computed was not delivered{note}"
+    if type(obs.verdict) is not bool:
+        return 2, f"{said}: a verdict must be True, False or None"
+    unresolved = [p for p in probes if p.phase is not Phase.RESOLVED]
+    if unresolved and None in allowed:
+        if obs.verdict is False and any(
+            (obs.key, p.generation) in checker.missed for p in unresolved
+        ):
+            return 3, (
+                f"{said}: mark_miss forced a verdict on a PENDING/IN_FLIGHT probe, "
+                "which would receive a second one from the worker"
+            )
+        return 2, f"{said}: the key's current probe has no verdict yet (a stale result?)"
+    if faulty:
+        return 7, f"{said}: the verdict was derived wrongly from a faulty tier answer"
+    return 2, f"{said}: not the verdict of the key's current probe"
+
+
+def _owed(state: State) -> list[core.Entry]:
+    """The entries the worker still has to probe: held first, then queued."""
+    return list(state.held) + [e for batch in state.queue for e in batch]
+
+
+def _tier_call(checker: Checker, obs: TierCall, states: list[State]) -> tuple[int, str]:
+    call = f"the worker probed {list(obs.keys)!r} for {obs.request!r}"
+    if checker.stopped:
+        return 1, f"{call} after shutdown(): nothing is live after shutdown"
+    for key in obs.keys:
+        owed_anywhere = any(e.key == key for s in states for e in _owed(s))
+        if owed_anywhere:
+            continue
+        shared = [
+            p for s in states
+            if (p := core.probe_of(s, key)) is not None and obs.request in p.requesters
+        ]
+        if shared:
+            p = shared[0]
+            return 8, (
+                f"{call}: {obs.request!r} already shares {key!r}'s probe "
+                f"(g{p.generation} {p.phase.name}); probing it again is redundant"
+            )
+        return 1, (
+            f"{call}: {key!r} has no live probe that a flush submitted "
+            "(cleaned up, superseded or never flushed)"
+        )
+    repeated = sorted({k for k in obs.keys if obs.keys.count(k) > 1})
+    if repeated:
+        return 1, (
+            f"{call}: {repeated[0]!r} appears twice in one call, so a stale batch entry "
+            "was submitted beside the live one"
+        )
+    for state in states:
+        for key in obs.keys:
+            mine = [e for e in _owed(state) if e.key == key]
+            if mine and all(e.request != obs.request for e in mine):
+                return 9, (
+                    f"{call}: {key!r} was batched for {mine[0].request!r}, "
+                    "so it must be probed with that request's context"
+                )
+    return 9, f"{call}: a tier call must hold exactly one request's group of the batch in hand"

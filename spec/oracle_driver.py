@@ -1,0 +1,314 @@
+"""The oracle's driver: one call to the IUT, its observations, the checker's judgement.
+
+``Driver`` owns an implementation under test (through a ``spec.adapter.Target``),
+the ``OracleTier`` it probes and a ``spec.observe.Checker``.  Each method makes
+one call in the protocol's vocabulary (``lookup``, ``flush``, ..., the worker
+steps in stepped mode, ``answer`` / ``settle`` in threaded mode), turns what
+happened into observations, feeds them to the checker and raises
+``ConformanceError`` at the first violation.  It also keeps the numbered calls,
+so a failure prints as a readable counterexample and as a replay: a pytest
+file that calls the same ``Driver`` methods without Hypothesis.
+
+The Hypothesis machine (``spec.oracle_machine``) and replay files are its two
+users; it chooses nothing itself.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from spec import core
+from spec.adapter import OracleTier, Plan, Target, TargetFactory, load_target
+from spec.observe import (
+    CLOSED,
+    Checker,
+    Cleanup,
+    DrainResults,
+    Flush,
+    Lookup,
+    MarkMiss,
+    MarkPresent,
+    Observation,
+    Post,
+    ProbeGroup,
+    Settled,
+    Shutdown,
+    Stalled,
+    TakeBatch,
+    Violation,
+    WorkerDied,
+)
+
+T = TypeVar("T")
+WAIT_BOUND = 5.0  # seconds the oracle waits for a tier call or a post in threaded mode
+
+
+@dataclass
+class Call:
+    """One numbered call of a run: how it reads, how to replay it, what the tier saw."""
+
+    text: str
+    source: str
+    notes: list[str] = field(default_factory=list)
+
+
+class ConformanceError(AssertionError):
+    """The IUT did something no spec state explains (or, strict, broke property 8)."""
+
+    def __init__(self, violation: Violation, calls: Sequence[Call], config: dict[str, Any]):
+        self.violation = violation
+        self.calls = list(calls)
+        self.config = config
+        super().__init__(format_counterexample(violation, calls))
+
+
+def format_counterexample(violation: Violation, calls: Sequence[Call]) -> str:
+    """The violated property, the numbered calls and the last possible spec states."""
+    lines = [f"{violation.title}: {violation.detail}"]
+    for number, call in enumerate(calls, 1):
+        lines.append(f"  {number}. {call.text}")
+        lines.extend(f"       {note}" for note in call.notes)
+    lines.append("  last spec states still possible:")
+    lines.extend(f"    {core.describe(s)}" for s in violation.states[:2])
+    return "\n".join(lines)
+
+
+def make_inner_tier(tier: str, url: str | None = None) -> Any:
+    """A real tier for ``--tier fs|redis`` (None for ``memory``: the oracle's bits)."""
+    if tier == "memory":
+        return None
+    if tier == "fs":
+        from reference.fs_tier import FilesystemTier
+
+        root = tempfile.mkdtemp(prefix="asynclookup-fuzz-")
+        return FilesystemTier(root, sync=False)
+    if tier == "redis":
+        from reference.redis_tier import DEFAULT_URL, RedisTier
+
+        prefix = f"asynclookup:fuzz:{os.getpid()}:".encode()
+        return RedisTier(url or DEFAULT_URL, prefix=prefix)
+    raise ValueError(f"unknown tier {tier!r}")
+
+
+class Driver:
+    """Drives one IUT through the oracle, checking every observation."""
+
+    def __init__(
+        self,
+        factory: TargetFactory,
+        *,
+        mode: str = "stepped",
+        inner: Any = None,
+        strict_efficiency: bool = False,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        self.mode = mode
+        self.strict_efficiency = strict_efficiency
+        self.config = dict(config or {}, mode=mode, strict_efficiency=strict_efficiency)
+        self.tier = OracleTier(inner, threaded=mode == "threaded")
+        self.checker = Checker(hidden_worker=mode == "threaded")
+        self.calls: list[Call] = []
+        self._posted_expected = 0  # results the worker owes in all (threaded)
+        self._settled_at = 0
+        self.target: Target = factory(self.tier, mode)
+
+    @classmethod
+    def open(
+        cls, target: str = "reference", *, tier: str = "memory", **options: Any
+    ) -> Driver:
+        """A driver for the target named ``reference`` or ``module:attribute``."""
+        return cls(
+            load_target(target), inner=make_inner_tier(tier),
+            config={"target": target, "tier": tier}, **options,
+        )
+
+    # -- scheduler calls -----------------------------------------------------------
+
+    def lookup(self, key: bytes, request: str) -> None:
+        """``lookup(key, request)``; the checker judges the verdict."""
+        verdict, error = self._call(lambda: self.target.lookup(key, request))
+        self._record(
+            f"lookup({key!r}, {request!r}) -> {_shown(verdict, error)}",
+            f"lookup({key!r}, {request!r})", [Lookup(key, request, verdict, error)],
+        )
+
+    def flush(self) -> None:
+        """``flush()``."""
+        _, error = self._call(self.target.flush)
+        self._record(f"flush(){_raised(error)}", "flush()", [Flush(error)])
+
+    def cleanup(self, request: str) -> None:
+        """``cleanup(request)``."""
+        _, error = self._call(lambda: self.target.cleanup(request))
+        self._record(
+            f"cleanup({request!r}){_raised(error)}", f"cleanup({request!r})",
+            [Cleanup(request, error)],
+        )
+
+    def mark_miss(self, keys: Sequence[bytes]) -> None:
+        """``mark_miss(keys)``."""
+        keys = tuple(keys)
+        _, error = self._call(lambda: self.target.mark_miss(keys))
+        self._record(
+            f"mark_miss({list(keys)!r}){_raised(error)}", f"mark_miss({list(keys)!r})",
+            [MarkMiss(keys, error)],
+        )
+
+    def mark_present(self, keys: Sequence[bytes]) -> None:
+        """``mark_present(keys)``."""
+        keys = tuple(keys)
+        _, error = self._call(lambda: self.target.mark_present(keys))
+        self._record(
+            f"mark_present({list(keys)!r}){_raised(error)}", f"mark_present({list(keys)!r})",
+            [MarkPresent(keys, error)],
+        )
+
+    def drain_results(self) -> None:
+        """``drain_results()``."""
+        _, error = self._call(self.target.drain_results)
+        self._record(f"drain_results(){_raised(error)}", "drain_results()", [DrainResults(error)])
+
+    def shutdown(self, plans: Sequence[Plan] = ()) -> None:
+        """``shutdown()``; tier calls it causes are answered with ``plans``, then all False."""
+        plans = tuple(plans)
+        if self.mode == "threaded":
+            self.tier.auto(plans)
+        else:
+            self.tier.queue_plans(plans)
+        _, error = self._call(self.target.shutdown)
+        self.tier.clear_plans()
+        self._record(
+            f"shutdown(){_raised(error)}", f"shutdown({list(plans)!r})", [Shutdown(error)]
+        )
+
+    # -- worker steps (stepped mode) ----------------------------------------------
+
+    def take_batch(self) -> None:
+        """Worker step ``take_batch()``."""
+        took, error = self._call(self.target.take_batch)
+        self._record(
+            f"take_batch() -> {_shown(took, error)}", "take_batch()",
+            [TakeBatch(bool(took), error)],
+        )
+
+    def probe_group(self, plan: Plan = Plan()) -> None:
+        """Worker step ``probe_group()``; its tier call is answered as ``plan`` says."""
+        self.tier.queue_plans([plan])
+        probed, error = self._call(self.target.probe_group)
+        self.tier.clear_plans()
+        self._record(
+            f"probe_group() -> {_shown(probed, error)}", f"probe_group({plan!r})",
+            [ProbeGroup(bool(probed), error)],
+        )
+
+    def post(self) -> None:
+        """Worker step ``post()``."""
+        posted, error = self._call(self.target.post)
+        self._record(
+            f"post() -> {_shown(posted, error)}", "post()", [Post(bool(posted), error)]
+        )
+
+    # -- the tier and the worker (threaded mode) ------------------------------------
+
+    def answer(self, plan: Plan = Plan()) -> None:
+        """Answer the worker's next tier call as ``plan`` says (waits, bounded)."""
+        pending = self.tier.next_call(WAIT_BOUND)
+        if pending is None:
+            self._record(
+                "wait for the worker's next tier call -> none came", f"answer({plan!r})",
+                [Stalled("tier call", self.target.worker_alive())],
+            )
+            return
+        self.tier.answer(pending, plan)
+        self._record("answer the worker's tier call", f"answer({plan!r})", [])
+
+    def settle(self) -> None:
+        """Wait (bounded) until the worker has posted a result for every key it probed."""
+        expected = self._posted_expected
+        done = self.target.wait_posted(expected, WAIT_BOUND)
+        self._settled_at = expected
+        if done is None:
+            return
+        self._record(
+            f"wait until the worker posted {expected} results -> "
+            f"{'done' if done else 'not within the bound'}",
+            "settle()",
+            [Settled() if done else Stalled("post", self.target.worker_alive())],
+        )
+
+    def unsettled(self) -> bool:
+        """Whether results were answered since the last ``settle``."""
+        return self._posted_expected > self._settled_at
+
+    def store(self, key: bytes, present: bool) -> None:
+        """Put ``key`` into the real tier, or take it out (``--tier fs|redis``)."""
+        if present:
+            self.tier.store(key)
+        else:
+            self.tier.delete(key)
+        verb = "store" if present else "delete"
+        self._record(f"tier.{verb}({key!r})", f"store({key!r}, {present!r})", [])
+
+    # -- the end -------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Shut the IUT down if the run did not (checked unless a violation was found)."""
+        if self.checker.stopped:
+            return
+        if self.checker.violation is not None:
+            if self.mode == "threaded":
+                self.tier.auto()
+            self._call(self.target.shutdown)
+            return
+        self.shutdown()
+
+    # -- plumbing ------------------------------------------------------------------
+
+    def _call(self, fn: Callable[[], T]) -> tuple[T | None, str | None]:
+        try:
+            return fn(), None
+        except Exception as exc:
+            if self.target.is_closed_error(exc):
+                return None, CLOSED
+            return None, f"{type(exc).__name__}: {exc}"
+
+    def _record(self, text: str, source: str, observations: list[Observation]) -> None:
+        """Number the call, feed its observations (tier calls first) to the checker."""
+        call = Call(text, source)
+        self.calls.append(call)
+        seen: list[Observation] = []
+        for tier_call in self.tier.take_log():
+            call.notes.append(
+                f"tier asked {list(tier_call.keys)!r} for {tier_call.request!r}: "
+                f"{tier_call.answer}"
+            )
+            self._posted_expected += len(tier_call.keys)
+            seen.append(tier_call)
+        seen.extend(observations)
+        stalled = any(isinstance(obs, Stalled) for obs in observations)
+        if (
+            self.mode == "threaded" and not stalled and not self.checker.stopped
+            and not any(isinstance(obs, Shutdown) for obs in observations)
+            and not self.target.worker_alive()
+        ):
+            seen.append(WorkerDied("its thread is gone"))
+        for obs in seen:
+            violation = self.checker.observe(obs)
+            if violation is not None:
+                raise ConformanceError(violation, self.calls, self.config)
+            if self.strict_efficiency and self.checker.warnings:
+                raise ConformanceError(self.checker.warnings[0], self.calls, self.config)
+
+
+def _shown(value: object, error: str | None) -> str:
+    if error is None:
+        return repr(value)
+    return "raised the closed-manager error" if error == CLOSED else f"raised {error}"
+
+
+def _raised(error: str | None) -> str:
+    return "" if error is None else f" -> {_shown(None, error)}"

@@ -1,0 +1,381 @@
+"""Offline trace checking: stream a recorded trace through the oracle's observation engine.
+
+Theory of operation
+-------------------
+``spec.trace_format`` turns each line into a ``TraceEvent``; ``TraceChecker``
+pairs the two-line events (``lookup_called``/``lookup_returned`` and
+``tier_call_started``/``tier_call_finished``, per thread), maps each event to
+the ``spec.observe`` observation of the same spec action and feeds it to
+``spec.observe.Checker``: the set of spec states consistent with the trace so
+far.  Events the engine has no use for (``tier_call_started``, the
+``result_*`` events, and ``take_batch``/``post`` when the header says the
+worker steps are not all recorded) are checked for form only.  The first
+observation that no spec state explains is the violation; property 8 (an
+efficiency property) stops the check too unless efficiency is ``warn``.
+
+Memory does not grow with the trace: one line is held at a time, the engine's
+history is trimmed as it goes, and the engine's per-probe notes are pruned to
+the probes that still exist.  ``TraceChecker`` also remembers the last
+*quiescent* point (the only possible state is the initial one, up to the
+generation counter), from which ``spec.trace_report`` re-reads the file to
+build the shortest excerpt that shows a violation.
+
+This module judges; it prints nothing (``spec.trace_report`` does).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from spec import observe
+from spec.core import INITIAL, State
+from spec.trace_format import (
+    INTERNAL_EVENTS,
+    SCHEDULER_EVENTS,
+    Header,
+    TraceEvent,
+    TraceFormatError,
+    read_trace,
+)
+
+Efficiency = Literal["fail", "warn"]
+TRIM_EVERY = 1024  # feeds between trims of the engine's history
+PRUNE_EVERY = 16384  # feeds between prunes of the engine's per-probe notes
+ANCHORS_KEPT = 4096  # recent quiescent points remembered for excerpts
+
+# A plain sentence per PROTOCOL.md property: what the implementation did wrong.
+EXPLANATIONS: dict[int, str] = {
+    1: "The tier was asked about a probe that was no longer live when the flush sent it: "
+       "flush must re-validate each batch entry against the key's current state and "
+       "generation, and drop entries cleaned up or superseded since they were batched.",
+    2: "lookup returned a verdict that is not the verdict of the key's current probe: a "
+       "result computed for an older generation, or for a probe that was deleted, was "
+       "delivered.  Results must be matched by key AND generation.",
+    3: "A probe was submitted or given a verdict more than once, or given one it could not "
+       "have yet: each probe is submitted at most once and receives at most one verdict "
+       "(mark_miss must leave PENDING and IN_FLIGHT probes alone).",
+    4: "The request index and the probes' requester sets disagree: after cleanup(r) nothing "
+       "may refer to r.",
+    5: "Lookup state leaked: once every request is cleaned up and every result drained, no "
+       "probe state, batch entry or queued item may remain.",
+    6: "A verdict the worker computed was not delivered in time: a probe with requesters "
+       "must be RESOLVED within one step after the worker finished it, and the next lookup "
+       "must return its verdict.",
+    7: "A tier misbehaviour (an exception, a wrong length, a non-bool, a lazy iterable that "
+       "raises, slowness) stopped the worker or the scheduler, or its verdicts were derived "
+       "wrongly: every key the tier did not answer properly counts as a miss.",
+    8: "A key was probed a second time while a probe of it was PENDING or IN_FLIGHT (an "
+       "efficiency property): cleanup must keep an orphaned IN_FLIGHT probe so that a later "
+       "request joins it.",
+    9: "A key was probed in a tier call that held another request's keys or context: each "
+       "tier call holds exactly one request's group, with the context it was batched with.",
+}
+USAGE_EXPLANATION = (
+    "A call after shutdown() must fail with the closed-manager error (written as the error "
+    '"closed" in the trace); this one did not.'
+)
+
+
+class CheckLimitError(TraceFormatError):
+    """The engine's bound on possible states was exceeded: this trace cannot be judged."""
+
+
+@dataclass(frozen=True)
+class Found:
+    """A property broken at one event."""
+
+    number: int | None  # the PROTOCOL.md property; None: a usage error
+    detail: str  # the engine's diagnosis, one line
+    event: TraceEvent
+
+    @property
+    def kind(self) -> str:
+        if self.number is None:
+            return "usage"
+        return "efficiency" if self.number == 8 else "safety"
+
+    @property
+    def title(self) -> str:
+        if self.number is None:
+            return "usage error (a call after shutdown)"
+        return f"property {self.number} ({observe.PROPERTY_NAMES[self.number]})"
+
+    @property
+    def explanation(self) -> str:
+        return USAGE_EXPLANATION if self.number is None else EXPLANATIONS[self.number]
+
+
+class TraceChecker:
+    """Feeds events, in file order, to the observation engine; remembers what it needs."""
+
+    def __init__(
+        self, header: Header, *, efficiency: Efficiency = "fail",
+        max_states: int = observe.MAX_STATES,
+    ) -> None:
+        self.header = header
+        self.efficiency = efficiency
+        self.engine = observe.Checker(hidden_worker=not header.worker_steps, max_states=max_states)
+        self.open_lookups: dict[str, TraceEvent] = {}  # thread -> its lookup_called
+        self.open_calls: dict[str, TraceEvent] = {}  # thread -> its tier_call_started
+        self.counts: Counter[str] = Counter()
+        self.warnings: list[Found] = []
+        self.found: Found | None = None
+        self.max_states = 1
+        # Recent quiescent points: (line, flush line to replay first or None).  After
+        # such a line the check may restart from INITIAL (after that flush when a
+        # drain is due), so an excerpt can begin there.
+        self.anchors: deque[tuple[int, int | None]] = deque(maxlen=ANCHORS_KEPT)
+        self._last_flush: int | None = None
+        self._fed = 0
+
+    def feed(self, event: TraceEvent) -> Found | None:
+        """Take one event; return the first blocking violation (then the checker is done).
+
+        Raises TraceFormatError for a pairing error, CheckLimitError when the
+        engine's state bound is exceeded.
+        """
+        if self.found is not None:
+            return self.found
+        self.counts[event.kind] += 1
+        obs = self._observation(event)
+        if obs is None:
+            return self.found  # set by a tables event
+        warned = len(self.engine.warnings)
+        try:
+            violation = self.engine.observe(obs)
+        except observe.OracleLimitError as exc:
+            raise CheckLimitError(event.line, f"cannot check this trace: {exc}") from None
+        if violation is not None:
+            self.found = Found(violation.number, violation.detail, event)
+            return self.found
+        if len(self.engine.warnings) > warned:
+            found = Found(8, self.engine.warnings[-1].detail, event)
+            if self.efficiency == "fail":
+                self.found = found
+                return found
+            self.warnings.append(found)
+        self._after(event)
+        return None
+
+    # -- events to observations ------------------------------------------------------
+
+    def _observation(self, event: TraceEvent) -> observe.Observation | None:
+        kind, data, thread = event.kind, event.data, event.thread
+        if kind in SCHEDULER_EVENTS and thread in self.open_lookups and kind != "lookup_returned":
+            raise TraceFormatError(
+                event.line,
+                f"{kind} on thread {thread!r} inside the lookup called on line "
+                f"{self.open_lookups[thread].line}, "
+                "which has not returned (one scheduler call at a time per thread)",
+            )
+        if kind == "lookup_called":
+            self.open_lookups[thread] = event
+            return None
+        if kind == "lookup_returned":
+            called = self.open_lookups.pop(thread, None)
+            if called is None or (called.data["key"], called.data["request"]) != (
+                data["key"], data["request"]
+            ):
+                raise TraceFormatError(
+                    event.line,
+                    "lookup_returned without a matching lookup_called "
+                    f"(same thread {thread!r}, key and request) before it",
+                )
+            return observe.Lookup(data["key"], data["request"], data["verdict"], data.get("error"))
+        if kind == "tier_call_started":
+            if thread in self.open_calls:
+                raise TraceFormatError(
+                    event.line,
+                    f"tier_call_started on thread {thread!r} while the tier call started on "
+                    f"line {self.open_calls[thread].line} has not finished",
+                )
+            self.open_calls[thread] = event
+            return None
+        if kind == "tier_call_finished":
+            started = self.open_calls.pop(thread, None)
+            if started is None or (started.data["keys"], started.data["request"]) != (
+                data["keys"], data["request"]
+            ):
+                raise TraceFormatError(
+                    event.line,
+                    "tier_call_finished without a matching tier_call_started "
+                    f"(same thread {thread!r}, keys and request) before it",
+                )
+            return observe.TierCall(data["keys"], data["request"], _answer(data))
+        if kind in INTERNAL_EVENTS:
+            return None
+        if kind in ("take_batch", "post"):
+            if not self.header.worker_steps:
+                return None
+            return observe.TakeBatch(True) if kind == "take_batch" else observe.Post(True)
+        if kind == "worker_died":
+            return observe.WorkerDied(data.get("reason") or "")
+        if kind == "tables":
+            self._tables(event)
+            return None
+        error = data.get("error")
+        if kind == "flush":
+            self._last_flush = event.line
+            return observe.Flush(error)
+        if kind == "cleanup":
+            return observe.Cleanup(data["request"], error)
+        if kind == "mark_miss":
+            return observe.MarkMiss(data["keys"], error)
+        if kind == "mark_present":
+            return observe.MarkPresent(data["keys"], error)
+        if kind == "drain":
+            return observe.DrainResults(error)
+        assert kind == "shutdown", kind
+        return observe.Shutdown(error)
+
+    def _tables(self, event: TraceEvent) -> None:
+        """Keep the possible states whose probe keys and request index match the tables.
+
+        The engine has no observation for this, so the checker narrows its set
+        itself; hidden worker steps change neither table, so the set stays closed.
+        """
+        keys, requests = frozenset(event.data["keys"]), event.data["requests"]
+        engine = self.engine
+        before = engine._states
+        after = {
+            s: tagged for s, tagged in before.items()
+            if frozenset(k for k, _ in s.probes) == keys
+            and frozenset(r for r, _ in s.index) == requests
+        }
+        if not after:
+            index_ok = any(frozenset(r for r, _ in s.index) == requests for s in before)
+            spec = next(iter(before))
+            if not index_ok:
+                shown = sorted(r for r, _ in spec.index)
+                self.found = Found(4, (
+                    f"the request index holds {sorted(requests)}; the spec's holds {shown} "
+                    "(a cleaned-up request is still indexed, or a live one is missing)"
+                ), event)
+            else:
+                shown_keys = sorted(k for k, _ in spec.probes)
+                self.found = Found(5, (
+                    f"lookup state is held for keys {sorted(keys)}; the spec holds "
+                    f"{shown_keys} (a probe that should be gone was kept, or the reverse)"
+                ), event)
+            return
+        if all(after.values()) and not all(before.values()):
+            found = Found(8, "only explained if cleanup deleted an orphaned IN_FLIGHT probe "
+                             "(the tables lack it)", event)
+            if self.efficiency == "fail":
+                self.found = found
+            else:
+                self.warnings.append(found)
+        engine._states = after
+
+    # -- bookkeeping after an explained observation -------------------------------------
+
+    def _after(self, event: TraceEvent) -> None:
+        states = self.engine._states  # the size, without sorting
+        self.max_states = max(self.max_states, len(states))
+        if len(states) == 1 and not self.open_lookups and not self.open_calls:
+            (state,) = states
+            if _quiescent(state) and not self.engine.stopped:
+                self.anchors.append((event.line, self._last_flush if state.drain_due else None))
+        self._fed += 1
+        if self._fed % TRIM_EVERY == 0:
+            del self.engine.history[:]
+        if self._fed % PRUNE_EVERY == 0:
+            self._prune()
+
+    def _prune(self) -> None:
+        """Forget the engine's notes on (key, generation) pairs that no possible state holds."""
+        engine = self.engine
+        if not (engine.faulty or engine.missed):
+            return
+        live: set[tuple[bytes, int]] = set()
+        for state in engine._states:
+            live.update((k, p.generation) for k, p in state.probes)
+            live.update((e.key, e.generation) for e in state.batch + state.held)
+            live.update((e.key, e.generation) for batch in state.queue for e in batch)
+            live.update((r.key, r.generation) for r in state.answered + state.posted)
+        engine.faulty &= live
+        engine.missed &= live
+
+
+def _quiescent(state: State) -> bool:
+    """The initial state, up to the generation counter and a due drain of nothing."""
+    return state._replace(next_generation=0, drain_due=False) == INITIAL
+
+
+def _answer(data: dict[str, Any]) -> observe.Answer:
+    """The engine's ``Answer`` for a tier_call_finished line."""
+    answers = data.get("answers")
+    if answers is not None:
+        return observe.Answer(tuple(answers))
+    failure = data["failure"]
+    items = failure["items"] or ()
+    raises = failure["kind"] == "raised"
+    return observe.Answer(tuple(items), raises=raises, lazy=raises and bool(items))
+
+
+@dataclass
+class Outcome:
+    """The result of checking one trace."""
+
+    result: Literal["conforming", "violation", "malformed"]
+    header: Header | None = None
+    events: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    found: Found | None = None
+    error: TraceFormatError | None = None
+    warnings: list[Found] = field(default_factory=list)
+    max_states: int = 0
+    unfinished: int = 0  # lookups and tier calls started but not finished at the end
+    seconds: float = 0.0
+    anchors: list[tuple[int, int | None]] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return {"conforming": 0, "violation": 1, "malformed": 2}[self.result]
+
+
+def check_lines(lines: Iterable[bytes], *, efficiency: Efficiency = "fail") -> Outcome:
+    """Check a trace given as raw lines; never raises for bad input (it is ``malformed``)."""
+    started = time.perf_counter()
+    outcome = Outcome("conforming")
+    checker: TraceChecker | None = None
+    try:
+        for item in read_trace(lines):
+            if isinstance(item, Header):
+                outcome.header = item
+                checker = TraceChecker(item, efficiency=efficiency)
+                continue
+            assert checker is not None
+            outcome.events += 1
+            if checker.feed(item) is not None:
+                break
+    except TraceFormatError as exc:
+        outcome.result, outcome.error = "malformed", exc
+    if checker is not None:
+        outcome.counts = dict(checker.counts)
+        outcome.warnings = checker.warnings
+        outcome.max_states = checker.max_states
+        outcome.unfinished = len(checker.open_lookups) + len(checker.open_calls)
+        if checker.found is not None and outcome.error is None:
+            outcome.result, outcome.found = "violation", checker.found
+            outcome.anchors = list(checker.anchors)
+    outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+def first_found(
+    header: Header, events: Iterable[TraceEvent], *, efficiency: Efficiency = "fail"
+) -> Found | None:
+    """The first blocking violation in ``events`` (None: none, or they are not well formed)."""
+    checker = TraceChecker(header, efficiency=efficiency)
+    try:
+        for event in events:
+            if checker.feed(event) is not None:
+                return checker.found
+    except TraceFormatError:
+        return None
+    return None

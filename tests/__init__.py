@@ -1,0 +1,1 @@
+"""The asynclookup test suite."""

@@ -1,0 +1,193 @@
+"""The trace format: every malformed input exits 2 naming its line; the schema matches the parser."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from spec.trace_format import (
+    EVENTS,
+    Header,
+    TraceEvent,
+    TraceFormatError,
+    build_schema,
+    read_trace,
+    schema_text,
+)
+from spec.trace_report import run
+
+HEADER = (
+    '{"format": "asynclookup-trace", "version": 1, "recorder": "test", "worker_steps": false}'
+)
+CALLED = '{"seq": 0, "event": "lookup_called", "thread": "s", "key": "6b31", "request": "r1"}'
+RETURNED = (
+    '{"seq": 1, "event": "lookup_returned", "thread": "s", "key": "6b31", "request": "r1", '
+    '"verdict": null}'
+)
+STARTED = '{"seq": 2, "event": "tier_call_started", "thread": "w", "keys": ["6b31"], "request": "r1"}'
+
+
+def finished(answer: str, seq: int = 3) -> str:
+    """A tier_call_finished line for the call of ``STARTED`` with ``answer`` spliced in."""
+    return (
+        f'{{"seq": {seq}, "event": "tier_call_finished", "thread": "w", "keys": ["6b31"], '
+        f'"request": "r1", {answer}}}'
+    )
+
+
+def check_bytes(tmp_path: Path, data: bytes) -> tuple[int, str, str]:
+    """Run check-trace on ``data``: (exit code, stdout, stderr)."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(data)
+    out, err = io.StringIO(), io.StringIO()
+    code = run(path, stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def lines(*texts: str) -> bytes:
+    return "".join(t + "\n" for t in texts).encode()
+
+
+MALFORMED: dict[str, tuple[bytes, int, str]] = {
+    # case -> (file contents, the line named, words the message must hold)
+    "truncated line": (lines(HEADER, CALLED) + RETURNED[:40].encode(), 3, "truncated"),
+    "not JSON": (lines(HEADER, CALLED, "{seq: 1}"), 3, "not JSON"),
+    "not an object": (lines(HEADER, "[1, 2]"), 2, "not a JSON object"),
+    "unknown event": (
+        lines(HEADER, '{"seq": 0, "event": "lookup", "thread": "s"}'), 2, "unknown event 'lookup'",
+    ),
+    "missing field": (
+        lines(HEADER, '{"seq": 0, "event": "cleanup", "thread": "s"}'), 2,
+        "missing field 'request'",
+    ),
+    "missing seq": (
+        lines(HEADER, '{"event": "flush", "thread": "s"}'), 2, "missing field 'seq'",
+    ),
+    "wrong type": (
+        lines(HEADER, CALLED, RETURNED.replace("null", '"yes"')), 3,
+        "'verdict' of event 'lookup_returned' must be true, false or null",
+    ),
+    "key not hex": (
+        lines(HEADER, CALLED.replace("6b31", "k1")), 2, "field 'key'",
+    ),
+    "seq out of order": (
+        lines(HEADER, CALLED, RETURNED.replace('"seq": 1', '"seq": 0')), 3,
+        "sequence numbers out of order",
+    ),
+    "unsupported version": (
+        lines(HEADER.replace('"version": 1', '"version": 2'), CALLED), 1, "unsupported version 2",
+    ),
+    "not UTF-8": (lines(HEADER) + b'{"seq": 0, "event": "cleanup", "thread": "\xff"}\n', 2,
+                  "not UTF-8"),
+    "missing header": (lines(CALLED, RETURNED), 1, "missing header"),
+    "empty line": (lines(HEADER, CALLED, "", RETURNED), 3, "empty line"),
+    "unknown field": (
+        lines(HEADER, '{"seq": 0, "event": "flush", "thread": "s", "verdcit": true}'), 2,
+        "unknown field 'verdcit'",
+    ),
+    "answers of the wrong length": (
+        lines(HEADER, STARTED, finished('"answers": [true, false]')), 3, "2 values for 1 keys",
+    ),
+    "answers and failure both": (
+        lines(HEADER, STARTED, finished('"answers": [true], "failure": {"kind": "short"}')), 3,
+        "exactly one of",
+    ),
+    "unknown failure kind": (
+        lines(HEADER, STARTED, finished('"failure": {"kind": "timeout"}')), 3, "'kind'",
+    ),
+    "short failure with too many items": (
+        lines(HEADER, STARTED, finished('"failure": {"kind": "short", "items": [true]}')), 3,
+        "fewer than 1",
+    ),
+    "returned without called": (lines(HEADER, RETURNED), 2, "without a matching lookup_called"),
+    "finished without started": (
+        lines(HEADER, finished('"answers": [true]')), 2, "without a matching tier_call_started",
+    ),
+    "call inside a lookup": (
+        lines(HEADER, CALLED, '{"seq": 1, "event": "flush", "thread": "s"}'), 3,
+        "inside the lookup called on line 2",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_input_exits_2_naming_the_line(case: str, tmp_path: Path) -> None:
+    """Each kind of malformed input exits 2 with one line naming the line and the problem."""
+    data, line, words = MALFORMED[case]
+    code, out, err = check_bytes(tmp_path, data)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"line {line}: " in err and words in err, err
+
+
+def test_empty_file_exits_2(tmp_path: Path) -> None:
+    """An empty file is malformed: it has no header."""
+    code, _, err = check_bytes(tmp_path, b"")
+    assert code == 2 and "empty file" in err
+
+
+def test_missing_file_exits_2(tmp_path: Path) -> None:
+    """A file that cannot be read exits 2 with one line, not a traceback."""
+    out, err = io.StringIO(), io.StringIO()
+    assert run(tmp_path / "absent.jsonl", stdout=out, stderr=err) == 2
+    assert "cannot read" in err.getvalue() and err.getvalue().count("\n") == 1
+
+
+def test_malformed_json_report_names_the_line(tmp_path: Path) -> None:
+    """With --json, malformed input is a JSON report with the line and the message."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(lines(HEADER, "{oops"))
+    out = io.StringIO()
+    assert run(path, as_json_output=True, stdout=out) == 2
+    report = json.loads(out.getvalue())
+    assert report["result"] == "malformed" and report["error"]["line"] == 2
+
+
+def test_last_line_without_newline_is_accepted_when_whole() -> None:
+    """A complete last event without its final newline still parses."""
+    parsed = list(read_trace(io.BytesIO(lines(HEADER) + CALLED.encode())))
+    assert isinstance(parsed[1], TraceEvent) and parsed[1].data["key"] == b"k1"
+
+
+def test_header_parses_recorder_and_worker_steps() -> None:
+    """The header gives the recorder's name and whether worker steps are recorded."""
+    (header,) = read_trace(io.BytesIO(lines(HEADER)))
+    assert header == Header("test", False, {})
+
+
+def test_keys_are_decoded_from_hex() -> None:
+    """Keys are hex strings in the file and bytes in parsed events."""
+    parsed = list(read_trace(io.BytesIO(lines(HEADER, STARTED))))
+    assert isinstance(parsed[1], TraceEvent) and parsed[1].data["keys"] == (b"k1",)
+
+
+def test_failure_items_keep_non_bools_as_strings() -> None:
+    """A non-bool item of a failure stays a string beside the bools."""
+    text = finished('"failure": {"kind": "non_bool", "items": ["1"]}', seq=3)
+    parsed = list(read_trace(io.BytesIO(lines(HEADER, STARTED, text))))
+    assert isinstance(parsed[2], TraceEvent)
+    assert parsed[2].data["failure"] == {"kind": "non_bool", "error": None, "items": ("1",)}
+
+
+def test_shipped_schema_is_the_one_built_from_the_table() -> None:
+    """spec/trace.schema.json is exactly what build_schema derives from EVENTS."""
+    shipped = Path(__file__).parent.parent / "spec" / "trace.schema.json"
+    assert shipped.read_text(encoding="utf-8") == schema_text()
+
+
+def test_schema_names_every_event_and_its_required_fields() -> None:
+    """Each event kind of the table has a schema whose required list holds its required fields."""
+    defs = build_schema()["$defs"]
+    for kind, fields in EVENTS.items():
+        required = defs[f"event_{kind}"]["required"]
+        assert set(required) == {"seq", "event", "thread"} | {f.name for f in fields if f.required}
+
+
+def test_format_error_carries_line_and_message() -> None:
+    """TraceFormatError keeps the line number and the bare message apart."""
+    error = TraceFormatError(7, "not JSON")
+    assert (error.line, error.message, str(error)) == (7, "not JSON", "line 7: not JSON")
