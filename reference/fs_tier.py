@@ -1,15 +1,16 @@
 """FilesystemTier: one file per block under a root directory, probed in batches.
 
 Layout: the block of key ``k`` is the file ``<root>/<h[:2]>/<h[2:]>`` where
-``h`` is the SHA-256 hex digest of ``k``: 256 shard directories, created on the
+``h`` is the BLAKE2s-256 hex digest of ``k``: 256 shard directories, created on the
 first store into them and never removed by the tier.  A store writes a
 temporary file (``.tmp-*``) in the shard directory, optionally fsyncs it, then
 renames it over the block's name, so a probe that sees the name sees a complete
 block: temporary names never look like block names.
 
 ``batch_lookup`` opens the root once, then asks one ``faccessat(F_OK)`` per
-distinct key, relative to the root's descriptor: no path walk from ``/``, no
-exception and no stat structure per absent key.  ``faccessat`` cannot say *why*
+distinct key, relative to the root's descriptor and as the effective user (like
+``open``): no path walk from ``/``, no exception and no stat structure per
+absent key.  ``faccessat`` cannot say *why*
 a name is absent, so the first miss in each shard is confirmed with one
 ``stat``: ENOENT is a real miss, any other error (permission, a shard path that
 is not a directory, I/O) is raised, and the manager's worker turns it into
@@ -72,11 +73,11 @@ class FilesystemTier:
     @staticmethod
     def digest(key: bytes) -> str:
         """The hex digest that names ``key``'s block."""
-        return hashlib.sha256(key).hexdigest()
+        return hashlib.blake2s(key).hexdigest()
 
     def path_of(self, key: bytes) -> str:
         """The path of ``key``'s block file (which may not exist)."""
-        h = hashlib.sha256(key).hexdigest()
+        h = hashlib.blake2s(key).hexdigest()
         return f"{self.root}/{h[:2]}/{h[2:]}"
 
     # -- the probe ---------------------------------------------------------------
@@ -85,21 +86,20 @@ class FilesystemTier:
         self, keys: Sequence[bytes], request_context: RequestContext
     ) -> list[bool]:
         """One verdict per key, in order; each distinct key is checked once."""
-        sha256, access, exists = hashlib.sha256, os.access, os.F_OK
-        answers: dict[bytes, bool] = {}
-        confirmed: set[str] = set()  # shards whose misses are known to be real
+        blake2s, access, exists = hashlib.blake2s, os.access, os.F_OK
         root_fd = os.open(self.root, _DIR_FLAGS)
         try:
-            for key in keys:
-                if key in answers:
-                    continue
-                h = sha256(key).hexdigest()
-                name = f"{h[:2]}/{h[2:]}"
-                present = access(name, exists, dir_fd=root_fd)
-                answers[key] = present
-                if not present and h[:2] not in confirmed:
-                    _confirm_absent(name, root_fd)
-                    confirmed.add(h[:2])
+            digests = {key: blake2s(key).hexdigest() for key in keys}  # also drops duplicates
+            answers = {
+                key: access(f"{h[:2]}/{h[2:]}", exists, dir_fd=root_fd, effective_ids=True)
+                for key, h in digests.items()
+            }
+            confirmed: set[str] = set()  # shards whose misses are known to be real
+            for key, present in answers.items():
+                shard = digests[key][:2]
+                if not present and shard not in confirmed:
+                    _confirm_absent(f"{shard}/{digests[key][2:]}", root_fd)
+                    confirmed.add(shard)
         finally:
             os.close(root_fd)
         return [answers[key] for key in keys]

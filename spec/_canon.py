@@ -16,9 +16,10 @@ apart get the same encoding, so the reachable space is finite.
   counter that only grows.  Without it, stale generations are ranked too.
 - Symmetry: keys and requests are opaque names; the encoding is the least,
   over every permutation of keys (and of requests), of the renamed state.
-- Posted results of different keys commute (each result touches only its own
-  key's probe), so with ``posted_by_key`` they are sorted by key, keeping the
-  order among one key's results.
+- Results of different keys commute: applying one touches only its own key's
+  probe, and ``post`` appends all answered results at once.  So with
+  ``results_by_key`` the answered and the posted results are each sorted by
+  key, keeping the order among one key's results.
 
 What it does not do: decide anything about the protocol.  The soundness of
 each reduction rests on the assumptions above, which the spec and every
@@ -41,6 +42,7 @@ N_FIELDS = len(State._fields)
 GEN_FIELDS = frozenset((P_PROBES, P_NEXT, P_BATCH, P_QUEUE, P_HELD, P_ANSWERED, P_POSTED))
 
 Ids = tuple[int, ...]
+Base = tuple[int, list[tuple[int, ...]]]  # a canonical state's signature and orbits
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class Reductions:
     collapse_stale: bool = True
     key_symmetry: bool = True
     request_symmetry: bool = True
-    posted_by_key: bool = True
+    results_by_key: bool = True
 
     @classmethod
     def none(cls) -> Reductions:
@@ -63,7 +65,7 @@ class Reductions:
             ("stale-collapse", self.collapse_stale),
             ("key-symmetry", self.key_symmetry),
             ("request-symmetry", self.request_symmetry),
-            ("posted-by-key", self.posted_by_key),
+            ("results-by-key", self.results_by_key),
         )
         return [name for name, on in flags if on]
 
@@ -76,7 +78,6 @@ class Space:
         keys: Sequence[bytes],
         requests: Sequence[str],
         reductions: Reductions,
-        cache_limit: int = 1 << 21,
     ) -> None:
         self.reductions = reductions
         key_perms = list(itertools.permutations(keys)) if reductions.key_symmetry else [keys]
@@ -90,15 +91,17 @@ class Space:
         ]
         self.values: list[list[Any]] = [[] for _ in range(N_FIELDS)]
         self._ids: list[dict[Any, int]] = [{} for _ in range(N_FIELDS)]
+        # (probes id, counter id) -> signature: what renaming generations depends on
         self._sig: dict[tuple[int, int], int] = {}
+        self._sig_of_content: dict[Any, int] = {}
         self._sig_ranks: list[tuple[dict[bytes, int], dict[int, int]]] = []
-        # field -> (value id, signature) or value id -> ids of its renamed images
-        self._orbits: list[dict[Any, tuple[int, ...]]] = [{} for _ in range(N_FIELDS)]
-        self._canonical: dict[Ids, Ids] = {}  # raw ids -> canonical ids (a cache)
-        self.cache_limit = cache_limit
+        # per signature, per field: value id -> ids of its renamed value's images
+        # under every permutation (fields without generations share one table)
+        self._plain = [{} if f not in GEN_FIELDS else None for f in range(N_FIELDS)]
+        self._orbits: list[list[dict[int, tuple[int, ...]]]] = []
         self._permuters: list[Callable[[Any, dict[bytes, bytes], dict[str, str]], Any]] = [
             _perm_probes, _perm_index, _same, _perm_entries, _perm_queue,
-            _perm_entries, _perm_results, self._perm_posted, _same, _same,
+            _perm_entries, self._perm_results, self._perm_results, _same, _same,
         ]
 
     # -- interning -------------------------------------------------------------
@@ -130,47 +133,71 @@ class Space:
 
     def canonical(self, ids: Ids) -> Ids:
         """The canonical ids of the state with raw field ids ``ids``."""
-        found = self._canonical.get(ids)
-        if found is not None:
-            return found
         if not self.reductions.collapse_stale:
             return self._canonical_ranked(ids)
-        sig = self._signature(ids[P_PROBES], ids[P_NEXT])
-        orbits = []
-        for f, vid in enumerate(ids):
-            table = self._orbits[f]
-            key = (vid, sig) if f in GEN_FIELDS else vid
-            orbit = table.get(key)
-            if orbit is None:
-                value = self.values[f][vid]
-                if f in GEN_FIELDS:
-                    value = self._rename(f, value, sig)
-                orbit = table[key] = self._orbit(f, value)
-            orbits.append(orbit)
-        result = min(zip(*orbits, strict=True))
-        if len(self._canonical) >= self.cache_limit:
-            self._canonical.clear()
-        self._canonical[ids] = result
-        return result
+        return min(zip(*self.orbits(ids), strict=True))
 
     def canonical_of(self, state: State) -> Ids:
         """The canonical ids of ``state``."""
         return self.canonical(self.ids_of(state))
 
-    def forget_raw(self) -> None:
-        """Drop the raw-to-canonical cache (the interned values stay)."""
-        self._canonical.clear()
+    def orbits(self, ids: Ids) -> list[tuple[int, ...]]:
+        """Per field, the ids of its renamed value under every permutation."""
+        sig = self._sig.get((ids[P_PROBES], ids[P_NEXT]))
+        if sig is None:
+            sig = self._signature(ids[P_PROBES], ids[P_NEXT])
+        tables = self._orbits[sig]
+        return [
+            tables[f].get(vid) or self._new_orbit(f, vid, sig) for f, vid in enumerate(ids)
+        ]
+
+    def successor(self, base: Base, ids: Ids, changed: Iterable[tuple[int, int]]) -> Ids:
+        """The canonical ids of ``ids``, which differs from the canonical state of
+        ``base`` (its signature and orbits, see ``base``) in the ``changed`` fields."""
+        if not self.reductions.collapse_stale:
+            return self._canonical_ranked(ids)
+        sig, orbits = base
+        if self._sig.get((ids[P_PROBES], ids[P_NEXT])) != sig:
+            return min(zip(*self.orbits(ids), strict=True))
+        orbits = orbits.copy()
+        tables = self._orbits[sig]
+        for f, vid in changed:
+            orbits[f] = tables[f].get(vid) or self._new_orbit(f, vid, sig)
+        return min(zip(*orbits, strict=True))
+
+    def base(self, ids: Ids) -> Base:
+        """What ``successor`` needs to know of a canonical state."""
+        orbits = self.orbits(ids)
+        return self._sig[(ids[P_PROBES], ids[P_NEXT])], orbits
+
+    def _new_orbit(self, f: int, vid: int, sig: int) -> tuple[int, ...]:
+        value = self.values[f][vid]
+        if f in GEN_FIELDS:
+            value = self._rename(f, value, sig)
+        permute = self._permuters[f]
+        orbit = tuple(self.intern(f, permute(value, kp, rp)) for kp, rp in self._perms)
+        self._orbits[sig][f][vid] = orbit
+        return orbit
 
     def _signature(self, probes_id: int, next_id: int) -> int:
-        """Number the (live generation per key, counter) pair; remember its ranks."""
+        """Number the live generation of each key and the counter: what renaming
+        depends on.  States whose probes differ only in phase, verdict or
+        requesters share a signature."""
         sig = self._sig.get((probes_id, next_id))
         if sig is None:
             probes = self.values[P_PROBES][probes_id]
             counter = self.values[P_NEXT][next_id]
-            live = {k: p.generation for k, p in probes}
-            rank = {g: i for i, g in enumerate(sorted({*live.values(), counter}))}
-            sig = self._sig[(probes_id, next_id)] = len(self._sig_ranks)
-            self._sig_ranks.append((live, rank))
+            content = (tuple((k, p.generation) for k, p in probes), counter)
+            sig = self._sig_of_content.get(content)
+            if sig is None:
+                live = dict(content[0])
+                rank = {g: i for i, g in enumerate(sorted({*live.values(), counter}))}
+                sig = self._sig_of_content[content] = len(self._sig_ranks)
+                self._sig_ranks.append((live, rank))
+                self._orbits.append(
+                    [{} if plain is None else plain for plain in self._plain]
+                )
+            self._sig[(probes_id, next_id)] = sig
         return sig
 
     def _rename(self, field: int, value: Any, sig: int) -> Any:
@@ -195,11 +222,6 @@ class Space:
             return entries(value)
         return results(value)
 
-    def _orbit(self, field: int, value: Any) -> tuple[int, ...]:
-        """The ids of ``value`` under every permutation of keys and requests."""
-        permute = self._permuters[field]
-        return tuple(self.intern(field, permute(value, kp, rp)) for kp, rp in self._perms)
-
     def _canonical_ranked(self, ids: Ids) -> Ids:
         """Canonical form without stale collapse: every generation ranked by order."""
         state = self.state_of(ids)
@@ -219,14 +241,15 @@ class Space:
             answered=tuple(r._replace(generation=rank[r.generation]) for r in state.answered),
             posted=tuple(r._replace(generation=rank[r.generation]) for r in state.posted),
         )
-        orbits = [self._orbit(f, v) for f, v in enumerate(tuple.__iter__(ranked))]
-        result = min(zip(*orbits, strict=True))
-        self._canonical[ids] = result
-        return result
+        orbits = [
+            tuple(self.intern(f, self._permuters[f](value, kp, rp)) for kp, rp in self._perms)
+            for f, value in enumerate(tuple.__iter__(ranked))
+        ]
+        return min(zip(*orbits, strict=True))
 
-    def _perm_posted(self, value: Any, kp: dict[bytes, bytes], rp: dict[str, str]) -> Any:
-        results = _perm_results(value, kp, rp)
-        if self.reductions.posted_by_key:
+    def _perm_results(self, value: Any, kp: dict[bytes, bytes], rp: dict[str, str]) -> Any:
+        results = _rename_keys(value, kp)
+        if self.reductions.results_by_key:
             return tuple(sorted(results, key=_result_key))
         return results
 
@@ -259,5 +282,5 @@ def _perm_queue(value: Any, kp: dict[bytes, bytes], rp: dict[str, str]) -> Any:
     return tuple(_perm_entries(b, kp, rp) for b in value)
 
 
-def _perm_results(value: Any, kp: dict[bytes, bytes], rp: dict[str, str]) -> Any:
+def _rename_keys(value: Any, kp: dict[bytes, bytes]) -> tuple[Result, ...]:
     return tuple(Result(kp[r.key], r.generation, r.verdict) for r in value)

@@ -53,7 +53,7 @@ from spec.core import (
     group_of,
 )
 from spec.core import TRANSITIONS as SPEC_TRANSITIONS
-from spec.properties import ALWAYS, SOMETIMES, Property, quiescent
+from spec.properties import ALWAYS, SOMETIMES, Property, quiescent, violated
 
 __all__ = [
     "Bounds", "CheckResult", "Reductions", "TraceStep", "Violation", "check",
@@ -147,6 +147,7 @@ class Violation:
     efficiency: bool
     trace: tuple[TraceStep, ...]
     then: tuple[TraceStep, ...] = ()  # what the worker does next, after a bad flush
+    also: tuple[str, ...] = ()  # other properties the last step breaks
 
 
 @dataclass
@@ -172,12 +173,6 @@ class CheckResult:
         return self.fixpoint and self.violation is None
 
 
-# Actions memoised together: each family's actions read much the same fields.
-FAMILIES: list[tuple[type, ...]] = [
-    (Lookup, Cleanup, MarkMiss, MarkPresent),
-    (Flush, Drain, Shutdown),
-    (TakeBatch, ProbeGroup, Post),
-]
 _STEP_PROPS = tuple(p for p in ALWAYS if p.step is not None)
 _STATE_PROPS = tuple(p for p in ALWAYS if p.state is not None)
 _BY_NAME: dict[str, Property] = {p.name: p for p in ALWAYS}
@@ -215,8 +210,8 @@ class _Search:
         self.memoised = memoised
         numbered = list(enumerate(self.universe))
         self.families = [
-            self._memo(self._family([(n, a) for n, a in numbered if type(a) in kinds]))
-            for kinds in FAMILIES
+            self._memo(self._family([(n, a) for n, a in numbered if type(a) is kind]))
+            for kind in dict.fromkeys(type(a) for a in self.universe)
         ]
         self.no_edge = {n for n, a in numbered if isinstance(a, Shutdown)}
         self.invariants = [(p, self._memo(p.state)) for p in _STATE_PROPS if p.state]
@@ -273,8 +268,9 @@ class _Search:
         graph: list[tuple[int, Action, int]] = []
         if self._admit(0, reached):
             return self._finish(started, reached)
-        i, level_end, depth, families, no_edge = 0, 1, 0, self.families, self.no_edge
-        keys, canonical, state_of = self.keys, space.canonical, space.state_of
+        i, level_end, depth, transitions = 0, 1, 0, 0
+        families, no_edge = self.families, self.no_edge
+        keys, state_of, keep = self.keys, space.state_of, self.keep
         while i < len(keys):
             if i == level_end:
                 depth, level_end = depth + 1, len(keys)
@@ -287,42 +283,45 @@ class _Search:
                 ):
                     break
             ids = keys[i]
-
-            def build(ids: Ids = ids) -> State:
-                return state_of(ids)
-
+            build, base = _Lazy(state_of, ids), None
             successors: set[int] = set()
             for family in families:
                 for number, changed, bad in family(ids, build):
-                    result.transitions += 1
+                    transitions += 1
                     if changed:
                         raw = list(ids)
                         for f, vid in changed:
                             raw[f] = vid
-                        target = canonical(tuple(raw))
+                        target = tuple(raw)
+                        # A visited encoding is canonical already (canonical is idempotent).
+                        j = index.get(target)
+                        if j is None:
+                            if base is None:
+                                base = space.base(ids)
+                            target = space.successor(base, target, changed)
+                            j = index.get(target)
                     else:
-                        target = ids
+                        target, j = ids, i
                     if bad:
-                        result.depth = depth
+                        result.depth, result.transitions = depth, transitions
                         self._violation_at_step(i, number, target, bad[0])
                         return self._finish(started, reached)
-                    j = index.get(target)
                     if j is None:
                         j = index[target] = len(keys)
                         keys.append(target)
                         self.parent.append(i)
                         self.via.append(number)
                         if self._admit(j, reached):
-                            result.depth = depth + 1
+                            result.depth, result.transitions = depth + 1, transitions
                             return self._finish(started, reached)
-                    if self.keep:
+                    if keep:
                         graph.append((i, self.universe[number], j))
                     if j != i and number not in no_edge:
                         successors.add(j)
             self.edges.extend(successors)
             self.edge_start.append(len(self.edges))
             i += 1
-        result.depth = depth
+        result.depth, result.transitions = depth, transitions
         result.fixpoint = i == len(keys)
         if self.keep:
             result.graph = graph
@@ -334,10 +333,7 @@ class _Search:
     def _admit(self, j: int, reached: dict[str, bool]) -> bool:
         """Check a newly reached state; True if it breaks an invariant."""
         ids = self.keys[j]
-
-        def build() -> State:
-            return self.space.state_of(ids)
-
+        build = _Lazy(self.space.state_of, ids)
         for prop, memo in self.invariants:
             if not memo(ids, build):
                 self._record(prop.name, self._path_to(j), None)
@@ -415,16 +411,22 @@ class _Search:
         then = _worker_continues(trace[-1].state, self.table) if trace and isinstance(
             trace[-1].action, Flush
         ) else ()
+        also: tuple[str, ...] = ()
+        if trace and not name.startswith(CRASH):
+            before = trace[-2].state if len(trace) > 1 else INITIAL
+            last_step = trace[-1]
+            broken = violated(before, last_step.action, last_step.state, last_step.output)
+            also = tuple(p.name for p in broken if p.name != name)
         prop = _BY_NAME.get(name)
         if prop is not None:
-            self.result.violation = Violation(
-                name, prop.number, prop.doc, prop.efficiency, tuple(trace), then
-            )
+            doc = " ".join((getattr(prop.state or prop.step, "__doc__", "") or "").split())
+            violation = Violation(name, prop.number, doc, prop.efficiency, tuple(trace), then, also)
         elif name == PROGRESS:
             doc = "From every reachable state a quiescent state is reachable (without shutdown)."
-            self.result.violation = Violation(name, 6, doc, False, tuple(trace), then)
+            violation = Violation(name, 6, doc, False, tuple(trace), then)
         else:
-            self.result.violation = Violation(CRASH, 0, name, False, tuple(trace), then)
+            violation = Violation(CRASH, 0, name, False, tuple(trace), then)
+        self.result.violation = violation
 
     def _concrete(self, state: State, number: int, target: Ids, broken: str | None) -> TraceStep:
         """A step from ``state`` of the same kind as action ``number`` that reaches
@@ -451,6 +453,20 @@ class _Search:
             ):
                 return TraceStep(action, output, after)
         raise AssertionError(f"no concrete {kind.__name__} step replays the search")
+
+
+class _Lazy:
+    """The State of some ids, built at most once and only if asked for."""
+
+    __slots__ = ("ids", "state", "state_of")
+
+    def __init__(self, state_of: Callable[[Ids], State], ids: Ids) -> None:
+        self.state_of, self.ids, self.state = state_of, ids, None
+
+    def __call__(self) -> State:
+        if self.state is None:
+            self.state = self.state_of(self.ids)
+        return self.state
 
 
 def _worker_continues(state: State, table: Table, limit: int = 12) -> tuple[TraceStep, ...]:

@@ -196,13 +196,25 @@ class Driver:
         )
 
     def probe_group(self, plan: Plan = Plan()) -> None:
-        """Worker step ``probe_group()``; its tier call is answered as ``plan`` says."""
+        """Worker step ``probe_group()``, after ``take_batch()`` when it holds nothing.
+
+        The tier call is answered as ``plan`` says.  Taking a batch is part of
+        the move (one numbered call), but its return value is observed too.
+        """
+        text, seen = "", []
+        if not any(s.held for s in self.checker.states):
+            took, error = self._call(self.target.take_batch)
+            text = f"take_batch() -> {_shown(took, error)}, "
+            seen.append(TakeBatch(bool(took), error))
+            if error is not None or not took:
+                self._record(text[:-2], f"probe_group({plan!r})", seen)
+                return
         self.tier.queue_plans([plan])
         probed, error = self._call(self.target.probe_group)
         self.tier.clear_plans()
         self._record(
-            f"probe_group() -> {_shown(probed, error)}", f"probe_group({plan!r})",
-            [ProbeGroup(bool(probed), error)],
+            f"{text}probe_group() -> {_shown(probed, error)}", f"probe_group({plan!r})",
+            [ProbeGroup(bool(probed), error)], first=seen,
         )
 
     def post(self) -> None:
@@ -276,11 +288,17 @@ class Driver:
                 return None, CLOSED
             return None, f"{type(exc).__name__}: {exc}"
 
-    def _record(self, text: str, source: str, observations: list[Observation]) -> None:
-        """Number the call, feed its observations (tier calls first) to the checker."""
+    def _record(
+        self, text: str, source: str, observations: list[Observation],
+        first: Sequence[Observation] = (),
+    ) -> None:
+        """Number the call, feed its observations to the checker.
+
+        Order: ``first``, the tier calls made meanwhile, then ``observations``.
+        """
         call = Call(text, source)
         self.calls.append(call)
-        seen: list[Observation] = []
+        seen: list[Observation] = list(first)
         for tier_call in self.tier.take_log():
             call.notes.append(
                 f"tier asked {list(tier_call.keys)!r} for {tier_call.request!r}: "

@@ -11,8 +11,8 @@ its kind.  Keys are bytes written as hex strings; verdicts are ``true``,
 ``false`` or ``null``.  docs/trace-format.md is the prose version of this module.
 
 ``EVENTS`` is the single table of kinds and fields: the parser validates each
-line against it and ``build_schema`` derives spec/trace.schema.json from it, so
-the two cannot drift (a test compares them).  ``read_trace`` streams: it holds
+line against it and ``spec.trace_schema`` derives spec/trace.schema.json from
+it, so the two cannot drift (a test compares them).  ``read_trace`` streams: it holds
 one line at a time and yields ``TraceEvent`` values; the first problem raises
 ``TraceFormatError`` with the line number and one sentence saying what is wrong.
 
@@ -396,98 +396,3 @@ def read_trace(lines: Iterable[bytes]) -> Iterator[Header | TraceEvent]:
             last_seq, last_line = event.seq, line_no
             yield event
         raw = following
-
-
-# -- the JSON Schema, derived from EVENTS ------------------------------------------
-
-_SCHEMA_TYPES: dict[str, dict[str, Any]] = {
-    "key": {"type": "string", "pattern": "^([0-9a-fA-F]{2})*$"},
-    "keys": {"type": "array", "items": {"$ref": "#/$defs/key"}},
-    "str": {"type": "string"},
-    "strs": {"type": "array", "items": {"type": "string"}},
-    "int": {"type": "integer", "minimum": 0},
-    "bool": {"type": "boolean"},
-    "verdict": {"type": ["boolean", "null"]},
-    "error": {"type": ["string", "null"]},
-    "answers": {"type": "array", "items": {"type": "boolean"}},
-    "failure": {
-        "type": "object",
-        "required": ["kind"],
-        "properties": {
-            "kind": {"enum": list(FAILURE_KINDS)},
-            "error": {"type": "string"},
-            "items": {"type": "array", "items": {"type": ["boolean", "string"]}},
-        },
-        "additionalProperties": False,
-    },
-    "entries": {
-        "type": "array",
-        "items": {
-            "type": "array", "minItems": 3, "maxItems": 3,
-            "prefixItems": [{"$ref": "#/$defs/key"}, {"type": "string"}, {"$ref": "#/$defs/int"}],
-        },
-    },
-    "results": {
-        "type": "array",
-        "items": {
-            "type": "array", "minItems": 3, "maxItems": 3,
-            "prefixItems": [{"$ref": "#/$defs/key"}, {"$ref": "#/$defs/int"}, {"type": "boolean"}],
-        },
-    },
-}
-
-
-def build_schema() -> dict[str, Any]:
-    """The JSON Schema of one line (spec/trace.schema.json is this, pretty-printed).
-
-    Rules that a schema cannot state (seq order, the header on line 1 only,
-    pairing, answer lengths) are in docs/trace-format.md and in the parser.
-    """
-    defs: dict[str, Any] = {name: dict(schema) for name, schema in _SCHEMA_TYPES.items()}
-    defs["header"] = {
-        "type": "object",
-        "required": ["format", "version", "recorder", "worker_steps"],
-        "properties": {
-            "format": {"const": FORMAT},
-            "version": {"const": VERSION},
-            "recorder": {"type": "string", "minLength": 1},
-            "worker_steps": {"type": "boolean"},
-            "meta": {"type": "object"},
-        },
-        "additionalProperties": False,
-    }
-    kinds = []
-    for kind, fields in EVENTS.items():
-        schema: dict[str, Any] = {
-            "type": "object",
-            "required": ["seq", "event", "thread"] + [f.name for f in fields if f.required],
-            "properties": {
-                "seq": {"$ref": "#/$defs/int"},
-                "event": {"const": kind},
-                "thread": {"type": "string"},
-            }
-            | {f.name: {"$ref": f"#/$defs/{f.type}"} for f in fields},
-            "additionalProperties": False,
-        }
-        if kind == "tier_call_finished":
-            schema["oneOf"] = [{"required": ["answers"]}, {"required": ["failure"]}]
-        defs[f"event_{kind}"] = schema
-        kinds.append({"$ref": f"#/$defs/event_{kind}"})
-    defs["event"] = {"oneOf": kinds}
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": f"https://asynclookup.invalid/trace/v{VERSION}.schema.json",
-        "title": f"asynclookup trace, version {VERSION}: one JSON object per line",
-        "description": "Line 1 is a header; every other line is an event.",
-        "oneOf": [{"$ref": "#/$defs/header"}, {"$ref": "#/$defs/event"}],
-        "$defs": defs,
-    }
-
-
-def schema_text() -> str:
-    """``build_schema()`` as the text of spec/trace.schema.json."""
-    return json.dumps(build_schema(), indent=2) + "\n"
-
-
-if __name__ == "__main__":  # python -m spec.trace_format > spec/trace.schema.json
-    print(schema_text(), end="")

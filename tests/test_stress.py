@@ -214,6 +214,8 @@ def test_stress_fails_when_the_worker_turns_exceptions_into_present(
 
     monkeypatch.setattr(reference.worker, "ask_tier", exceptions_become_present)
     run = run_stress(FilesystemTier(tmp_path, sync=False), steps=300, seed=11)
+    with pytest.raises(AssertionError):
+        assert_clean(run)
     problems = check_tier_answers(run.events, run.calls, run.history)
     assert any("(raise," in p and "the policy demands" in p for p in problems)
 

@@ -221,3 +221,11 @@ def test_parsed_hand_traces_are_well_formed() -> None:
     for path in TRACES.glob("*.jsonl"):
         with path.open("rb") as f:
             assert sum(1 for _ in read_trace(f)) >= 2
+
+
+def test_command_line_runs_the_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    """The check-trace argparse wiring checks the file and returns the exit code."""
+    from spec.trace_report import main
+
+    assert main([str(TRACES / "mark_miss_forces_resolved.jsonl"), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["violation"]["property"] == 3

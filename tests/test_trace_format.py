@@ -1,4 +1,4 @@
-"""The trace format: every malformed input exits 2 naming its line; the schema matches the parser."""
+"""The trace format: malformed input exits 2 naming its line; the schema matches the parser."""
 
 from __future__ import annotations
 
@@ -8,16 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from spec.trace_format import (
-    EVENTS,
-    Header,
-    TraceEvent,
-    TraceFormatError,
-    build_schema,
-    read_trace,
-    schema_text,
-)
+from spec.trace_format import EVENTS, Header, TraceEvent, TraceFormatError, read_trace
 from spec.trace_report import run
+from spec.trace_schema import build_schema, schema_text
 
 HEADER = (
     '{"format": "asynclookup-trace", "version": 1, "recorder": "test", "worker_steps": false}'
@@ -27,7 +20,9 @@ RETURNED = (
     '{"seq": 1, "event": "lookup_returned", "thread": "s", "key": "6b31", "request": "r1", '
     '"verdict": null}'
 )
-STARTED = '{"seq": 2, "event": "tier_call_started", "thread": "w", "keys": ["6b31"], "request": "r1"}'
+STARTED = (
+    '{"seq": 2, "event": "tier_call_started", "thread": "w", "keys": ["6b31"], "request": "r1"}'
+)
 
 
 def finished(answer: str, seq: int = 3) -> str:

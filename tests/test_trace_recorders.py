@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from reference.events import EventRecorder
+from reference.events import Event, EventRecorder
 from reference.faulty import Faults, FaultyTier
 from reference.fs_tier import FilesystemTier
 from reference.tier import InMemoryTier, RequestContext, Tier
@@ -22,7 +22,7 @@ from spec.trace_check import Outcome, check_lines
 from tests.redis_server import RedisServer
 from tests.zoo.vllm_shaped import VllmShapedManager
 
-KEYS = [b"a", b"b", b"c", b"d"]
+KEYS = [bytes([c]) for c in b"abcdefghijkl"]
 REQUESTS = ["r1", "r2", "r3"]
 ALL_FAULTS = Faults(
     latency=(0.0, 0.0005), raise_rate=0.1, short_rate=0.1, long_rate=0.05,
@@ -30,16 +30,48 @@ ALL_FAULTS = Faults(
 )
 
 
-def workload(manager: Any, tier: Tier, seed: int, steps: int = 120) -> None:
-    """Random scheduler steps (seeded), with the tier's contents changing between them."""
+class Progress:
+    """An observer that lets the scheduler wait (bounded) until the worker caught up."""
+
+    def __init__(self) -> None:
+        self.submitted = self.taken = self.finished = self.posted = 0
+        self.changed = threading.Condition()
+
+    def __call__(self, event: Event) -> None:
+        with self.changed:
+            if event.kind == "flush" and event.fields["submitted"]:
+                self.submitted += 1
+            self.taken += event.kind == "take_batch"
+            self.finished += event.kind == "tier_call_finished"
+            self.posted += event.kind == "post"
+            self.changed.notify_all()
+
+    def wait(self) -> None:
+        """Until every submitted batch is taken and every finished call posted, or 2 s."""
+        with self.changed:
+            self.changed.wait_for(
+                lambda: self.taken == self.submitted and self.posted == self.finished, 2.0
+            )
+
+
+def workload(
+    manager: Any, tier: Tier, seed: int, steps: int = 120, progress: Progress | None = None
+) -> None:
+    """Random scheduler steps (seeded), with the tier's contents changing between them.
+
+    With ``progress``, every few steps the scheduler lets the worker catch up, so
+    that the trace holds many tier calls interleaved with scheduler calls.
+    """
     rng = random.Random(seed)
     for _ in range(steps):
+        if progress is not None and rng.random() < 0.6:
+            progress.wait()
         for _ in range(rng.randint(0, 4)):
             manager.lookup(rng.choice(KEYS), RequestContext(rng.choice(REQUESTS)))
         roll = rng.random()
-        if roll < 0.3:
+        if roll < 0.4:
             manager.cleanup(rng.choice(REQUESTS))
-        elif roll < 0.4:
+        elif roll < 0.45:
             manager.mark_miss([rng.choice(KEYS)])
         elif roll < 0.5:
             manager.mark_present([rng.choice(KEYS)])
@@ -63,6 +95,7 @@ def tier(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tier]:
     if request.param == "memory":
         yield InMemoryTier()
     elif request.param == "filesystem":
+        (tmp_path / "blocks").mkdir()
         yield FilesystemTier(tmp_path / "blocks", sync=False)
     elif request.param == "redis":
         from reference.redis_tier import RedisTier
@@ -78,8 +111,9 @@ def tier(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tier]:
 def test_reference_trace_under_threads_conforms_on_each_tier(tier: Tier, tmp_path: Path) -> None:
     """A trace of the threaded reference on this tier is accepted by check-trace."""
     path = tmp_path / "ref.jsonl"
-    with record_trace(path, tier) as manager:
-        workload(manager, tier, seed=1)
+    progress = Progress()
+    with record_trace(path, tier, observer=progress) as manager:
+        workload(manager, tier, seed=1, progress=progress)
     outcome = checked(path)
     assert outcome.result == "conforming", (outcome.found, outcome.error)
     assert outcome.counts["tier_call_finished"] > 10
