@@ -7,16 +7,16 @@ Three parts, each a subcommand (``all`` runs them in order):
   16 keys and 4 requests, with cleanups, mark_miss, mark_present and drains,
   and the worker run after every flush.  ``--vllm`` records the correct
   vLLM-shaped class from tests/zoo instead (threaded, hidden worker steps).
-- ``check``: runs ``python -m spec.trace_report FILE`` in a child process and
+- ``check``: runs ``python -m spec.cli check-trace FILE`` in a child process and
   reports events/s and the child's peak RSS (``resource.getrusage``), for
   each of the given files, so that traces of growing length show whether
   memory grows with the trace.
-- ``overhead``: the wall-clock cost per call of recording, on an in-memory
-  tier: one step is 8 lookups of new keys, a flush, the worker's tier call, a
-  drain and a cleanup.  Timed with and without the recorder, for the
-  reference (stepped, observer = ``TraceWriter.observer``) and for the vLLM
-  wrapper (threaded), each the median of ``--runs`` runs; the difference per
-  recorded event and per wrapped call is the overhead.
+- ``overhead``: the cost per call of recording, as CPU time of the calling
+  thread (what the scheduler pays), median of ``--runs`` runs of ``--calls``
+  calls: a lookup of a resolved key (two events recorded) and an empty flush
+  (one event), with and without the recorder, for the reference (stepped,
+  observer = ``TraceWriter.observer``) and the vLLM wrapper; and one
+  ``TraceWriter.write`` alone.
 
 Usage (from the repository root)::
 
@@ -151,7 +151,7 @@ def check(path: Path) -> dict[str, float]:
         lines = sum(1 for _ in f) - 1
     started = time.perf_counter()
     child = subprocess.Popen(
-        [sys.executable, "-m", "spec.trace_report", str(path)],
+        [sys.executable, "-m", "spec.cli", "check-trace", str(path)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     _, status, usage = os.wait4(child.pid, 0)  # this child's own rusage
@@ -163,55 +163,71 @@ def check(path: Path) -> dict[str, float]:
     }
 
 
-def _timed(run: Any, runs: int) -> float:
+def _per_call_ns(call: Any, n: int, runs: int) -> float:
+    """Median over ``runs`` of the calling thread's CPU time per call, in ns."""
     samples = []
     for _ in range(runs):
-        started = time.perf_counter_ns()
-        run()
-        samples.append(time.perf_counter_ns() - started)
+        started = time.thread_time_ns()
+        for _ in range(n):
+            call()
+        samples.append((time.thread_time_ns() - started) / n)
     return statistics.median(samples)
 
 
-def overhead(steps: int, runs: int) -> list[str]:
-    """The recorders' cost per step, per event and per wrapped call."""
+def overhead(calls: int, runs: int) -> list[str]:
+    """Per-call cost of recording on the calling thread: a resolved lookup, a flush.
+
+    The calling thread's CPU time (``time.thread_time_ns``) is what the
+    scheduler pays; it is steadier than wall time on a shared machine.
+    """
     rows = []
     tier = InMemoryTier()
-
-    def reference(record: bool) -> None:
-        with tempfile.TemporaryDirectory() as d:
-            writer = TraceWriter(Path(d) / "t", recorder="bench", worker_steps=True)
-            observer = writer.observer if record else None
-            manager = AsyncLookupManager(tier, mode="stepped", observer=observer)
-            for i in range(steps):
-                _step(manager, i, run_worker=True)
-            manager.shutdown()
-            writer.close()
-            counts["reference"] = writer.events_written
-
-    def vllm(record: bool) -> None:
-        with tempfile.TemporaryDirectory() as d:
-            manager = Lockstep(tier)
-            if record:
-                with record_vllm(manager, Path(d) / "t") as recorder:
-                    for i in range(steps):
-                        _step(manager, i, run_worker=False)
-                    manager.shutdown()
-                    counts["vllm"] = recorder.writer.events_written
-            else:
-                for i in range(steps):
-                    _step(manager, i, run_worker=False)
+    tier.store(b"k")
+    request = RequestContext("r")
+    with tempfile.TemporaryDirectory() as d:
+        for name in ("reference (observer)", "vLLM wrapper"):
+            figures: list[tuple[float, float]] = []
+            for record in (False, True):
+                path = Path(d) / f"{len(figures)}.jsonl"
+                writer = TraceWriter(path, recorder="bench", worker_steps=True)
+                if name.startswith("reference"):
+                    manager: Any = AsyncLookupManager(
+                        tier, mode="stepped", observer=writer.observer if record else None
+                    )
+                    recorder = None
+                else:
+                    manager = Lockstep(tier)
+                    recorder = record_vllm(manager, path) if record else None
+                if recorder is not None:
+                    recorder.__enter__()
+                manager.lookup(b"k", request)  # resolve k, so that lookups are the hot path
+                manager.flush()
+                if isinstance(manager, Lockstep):
+                    manager.settle()
+                else:
+                    manager.worker.run_pending()
+                manager.flush()
+                lookup = _per_call_ns(lambda m=manager: m.lookup(b"k", request), calls, runs)
+                flush = _per_call_ns(manager.flush, calls, runs)
                 manager.shutdown()
-
-    counts: dict[str, int] = {}
-    for name, body in (("reference (stepped, observer)", reference), ("vLLM wrapper", vllm)):
-        plain = _timed(lambda b=body: b(False), runs)
-        traced = _timed(lambda b=body: b(True), runs)
-        n_events = counts["reference" if name.startswith("reference") else "vllm"]
-        extra = (traced - plain) / 1000
-        rows.append(
-            f"| {name} | {plain / steps / 1000:.1f} | {traced / steps / 1000:.1f} | "
-            f"{extra / n_events:.2f} | {n_events / steps:.1f} |"
+                if recorder is not None:
+                    recorder.__exit__(None, None, None)
+                writer.close()
+                figures.append((lookup, flush))
+            (plain_lookup, plain_flush), (traced_lookup, traced_flush) = figures
+            rows.append(
+                f"| {name} | {plain_lookup / 1000:.2f} | {traced_lookup / 1000:.2f} | "
+                f"{(traced_lookup - plain_lookup) / 1000:.2f} | {plain_flush / 1000:.2f} | "
+                f"{traced_flush / 1000:.2f} | {(traced_flush - plain_flush) / 1000:.2f} |"
+            )
+    with tempfile.TemporaryDirectory() as d:
+        writer = TraceWriter(Path(d) / "w.jsonl", recorder="bench", worker_steps=False)
+        write = _per_call_ns(
+            lambda: writer.write("lookup_returned", key="6b", request="r", verdict=True),
+            calls, runs,
         )
+        writer.close()
+    rows.append(f"| TraceWriter.write alone (one event) | | {write / 1000:.2f} | | | | |")
     return rows
 
 
@@ -225,8 +241,8 @@ def main() -> None:
     c = sub.add_parser("check")
     c.add_argument("files", type=Path, nargs="+")
     o = sub.add_parser("overhead")
-    o.add_argument("--steps", type=int, default=2000)
-    o.add_argument("--runs", type=int, default=5)
+    o.add_argument("--calls", type=int, default=20000)
+    o.add_argument("--runs", type=int, default=7)
     a = sub.add_parser("all")
     a.add_argument("--events", type=int, default=1_000_000)
     a.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "asynclookup-traces")
@@ -245,9 +261,10 @@ def main() -> None:
                   f"{figures['events_per_s']:,.0f} | {figures['peak_rss_mib']:.1f} | "
                   f"{figures['exit']:.0f} |", flush=True)
     elif args.command == "overhead":
-        print("| recorder | us/step plain | us/step recorded | us per event | events/step |")
-        print("|---|---:|---:|---:|---:|")
-        print("\n".join(overhead(args.steps, args.runs)))
+        print("| recorder | lookup plain (us) | lookup recorded | overhead | "
+              "flush plain (us) | flush recorded | overhead |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        print("\n".join(overhead(args.calls, args.runs)))
     else:
         args.dir.mkdir(parents=True, exist_ok=True)
         sizes = sorted({args.events // 10, args.events // 3, args.events})

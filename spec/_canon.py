@@ -40,6 +40,7 @@ STALE = -1
 P_PROBES, P_INDEX, P_NEXT, P_BATCH, P_QUEUE, P_HELD, P_ANSWERED, P_POSTED = range(8)
 N_FIELDS = len(State._fields)
 GEN_FIELDS = frozenset((P_PROBES, P_NEXT, P_BATCH, P_QUEUE, P_HELD, P_ANSWERED, P_POSTED))
+_ENTRY_FIELDS = (P_BATCH, P_QUEUE, P_HELD, P_ANSWERED, P_POSTED)
 
 Ids = tuple[int, ...]
 Base = tuple[int, list[tuple[int, ...]]]  # a canonical state's signature and orbits
@@ -80,6 +81,7 @@ class Space:
         reductions: Reductions,
     ) -> None:
         self.reductions = reductions
+        self._collapse = reductions.collapse_stale
         key_perms = list(itertools.permutations(keys)) if reductions.key_symmetry else [keys]
         request_perms = (
             list(itertools.permutations(requests)) if reductions.request_symmetry else [requests]
@@ -91,13 +93,15 @@ class Space:
         ]
         self.values: list[list[Any]] = [[] for _ in range(N_FIELDS)]
         self._ids: list[dict[Any, int]] = [{} for _ in range(N_FIELDS)]
-        # (probes id, counter id) -> signature: what renaming generations depends on
-        self._sig: dict[tuple[int, int], int] = {}
+        # field ids -> signature: what renaming generations depends on
+        self._sig: dict[tuple[int, ...], int] = {}
         self._sig_of_content: dict[Any, int] = {}
         self._sig_ranks: list[tuple[dict[bytes, int], dict[int, int]]] = []
         # per signature, per field: value id -> ids of its renamed value's images
         # under every permutation (fields without generations share one table)
-        self._plain = [{} if f not in GEN_FIELDS else None for f in range(N_FIELDS)]
+        self._plain: list[dict[int, tuple[int, ...]] | None] = [
+            {} if f not in GEN_FIELDS else None for f in range(N_FIELDS)
+        ]
         self._orbits: list[list[dict[int, tuple[int, ...]]]] = []
         self._permuters: list[Callable[[Any, dict[bytes, bytes], dict[str, str]], Any]] = [
             _perm_probes, _perm_index, _same, _perm_entries, _perm_queue,
@@ -133,8 +137,6 @@ class Space:
 
     def canonical(self, ids: Ids) -> Ids:
         """The canonical ids of the state with raw field ids ``ids``."""
-        if not self.reductions.collapse_stale:
-            return self._canonical_ranked(ids)
         return min(zip(*self.orbits(ids), strict=True))
 
     def canonical_of(self, state: State) -> Ids:
@@ -143,9 +145,9 @@ class Space:
 
     def orbits(self, ids: Ids) -> list[tuple[int, ...]]:
         """Per field, the ids of its renamed value under every permutation."""
-        sig = self._sig.get((ids[P_PROBES], ids[P_NEXT]))
+        sig = self._sig.get(ids[:3]) if self._collapse else None
         if sig is None:
-            sig = self._signature(ids[P_PROBES], ids[P_NEXT])
+            sig = self._signature(ids)
         tables = self._orbits[sig]
         return [
             tables[f].get(vid) or self._new_orbit(f, vid, sig) for f, vid in enumerate(ids)
@@ -154,10 +156,8 @@ class Space:
     def successor(self, base: Base, ids: Ids, changed: Iterable[tuple[int, int]]) -> Ids:
         """The canonical ids of ``ids``, which differs from the canonical state of
         ``base`` (its signature and orbits, see ``base``) in the ``changed`` fields."""
-        if not self.reductions.collapse_stale:
-            return self._canonical_ranked(ids)
         sig, orbits = base
-        if self._sig.get((ids[P_PROBES], ids[P_NEXT])) != sig:
+        if (self._sig.get(ids[:3]) if self._collapse else self._signature(ids)) != sig:
             return min(zip(*self.orbits(ids), strict=True))
         orbits = orbits.copy()
         tables = self._orbits[sig]
@@ -167,8 +167,7 @@ class Space:
 
     def base(self, ids: Ids) -> Base:
         """What ``successor`` needs to know of a canonical state."""
-        orbits = self.orbits(ids)
-        return self._sig[(ids[P_PROBES], ids[P_NEXT])], orbits
+        return self._signature(ids), self.orbits(ids)
 
     def _new_orbit(self, f: int, vid: int, sig: int) -> tuple[int, ...]:
         value = self.values[f][vid]
@@ -179,32 +178,43 @@ class Space:
         self._orbits[sig][f][vid] = orbit
         return orbit
 
-    def _signature(self, probes_id: int, next_id: int) -> int:
-        """Number the live generation of each key and the counter: what renaming
-        depends on.  States whose probes differ only in phase, verdict or
-        requesters share a signature."""
-        sig = self._sig.get((probes_id, next_id))
+    # -- renaming generations ------------------------------------------------------
+
+    def _signature(self, ids: Ids) -> int:
+        """Number what renaming the generations of ``ids`` depends on: the live
+        generation of each key and the counter (and, without stale collapse,
+        every generation present).  States whose probes differ only in phase,
+        verdict or requesters share a signature."""
+        if self._collapse:
+            key: tuple[int, ...] = ids[:3]  # probes, index (unused), counter
+        else:
+            key = (*ids[:3], *(ids[f] for f in _ENTRY_FIELDS))
+        sig = self._sig.get(key)
         if sig is None:
-            probes = self.values[P_PROBES][probes_id]
-            counter = self.values[P_NEXT][next_id]
-            content = (tuple((k, p.generation) for k, p in probes), counter)
+            probes = self.values[P_PROBES][ids[P_PROBES]]
+            counter = self.values[P_NEXT][ids[P_NEXT]]
+            live = tuple((k, p.generation) for k, p in probes)
+            present = frozenset(
+                () if self.reductions.collapse_stale
+                else (g for f in _ENTRY_FIELDS for g in _generations(f, self.values[f][ids[f]]))
+            )
+            content = (live, counter, present)
             sig = self._sig_of_content.get(content)
             if sig is None:
-                live = dict(content[0])
-                rank = {g: i for i, g in enumerate(sorted({*live.values(), counter}))}
+                gens = {*present, *(g for _, g in live), counter}
+                rank = {g: i for i, g in enumerate(sorted(gens))}
                 sig = self._sig_of_content[content] = len(self._sig_ranks)
-                self._sig_ranks.append((live, rank))
-                self._orbits.append(
-                    [{} if plain is None else plain for plain in self._plain]
-                )
-            self._sig[(probes_id, next_id)] = sig
+                self._sig_ranks.append((dict(live), rank))
+                self._orbits.append([{} if plain is None else plain for plain in self._plain])
+            self._sig[key] = sig
         return sig
 
     def _rename(self, field: int, value: Any, sig: int) -> Any:
         live, rank = self._sig_ranks[sig]
+        collapse = self.reductions.collapse_stale
 
         def gen(key: bytes, g: int) -> int:
-            return rank[g] if live.get(key) == g else STALE
+            return rank[g] if not collapse or live.get(key) == g else STALE
 
         def entries(es: Iterable[Entry]) -> tuple[Entry, ...]:
             return tuple(Entry(e.key, e.request, gen(e.key, e.generation)) for e in es)
@@ -222,36 +232,18 @@ class Space:
             return entries(value)
         return results(value)
 
-    def _canonical_ranked(self, ids: Ids) -> Ids:
-        """Canonical form without stale collapse: every generation ranked by order."""
-        state = self.state_of(ids)
-        gens = {e.generation for e in state.batch + state.held}
-        gens |= {e.generation for b in state.queue for e in b}
-        gens |= {r.generation for r in state.answered + state.posted}
-        gens |= {p.generation for _, p in state.probes} | {state.next_generation}
-        rank = {g: i for i, g in enumerate(sorted(gens))}
-        ranked = state._replace(
-            probes=tuple((k, p._replace(generation=rank[p.generation])) for k, p in state.probes),
-            next_generation=rank[state.next_generation],
-            batch=tuple(e._replace(generation=rank[e.generation]) for e in state.batch),
-            queue=tuple(
-                tuple(e._replace(generation=rank[e.generation]) for e in b) for b in state.queue
-            ),
-            held=tuple(e._replace(generation=rank[e.generation]) for e in state.held),
-            answered=tuple(r._replace(generation=rank[r.generation]) for r in state.answered),
-            posted=tuple(r._replace(generation=rank[r.generation]) for r in state.posted),
-        )
-        orbits = [
-            tuple(self.intern(f, self._permuters[f](value, kp, rp)) for kp, rp in self._perms)
-            for f, value in enumerate(tuple.__iter__(ranked))
-        ]
-        return min(zip(*orbits, strict=True))
-
     def _perm_results(self, value: Any, kp: dict[bytes, bytes], rp: dict[str, str]) -> Any:
         results = _rename_keys(value, kp)
         if self.reductions.results_by_key:
             return tuple(sorted(results, key=_result_key))
         return results
+
+
+def _generations(field: int, value: Any) -> Iterable[int]:
+    """The generations that a batch, queue, held, answered or posted value carries."""
+    if field == P_QUEUE:
+        return (e.generation for batch in value for e in batch)
+    return (e.generation for e in value)
 
 
 def _result_key(result: Result) -> bytes:

@@ -157,7 +157,7 @@ class Memo(Generic[R]):
             result = table.get(getter(ids), _MISS)
             if result is not _MISS:
                 self.hits += 1
-                return result  # type: ignore[return-value]
+                return result  # type: ignore[no-any-return]
         return self._miss(ids, build)
 
     def _miss(self, ids: tuple[int, ...], build: Callable[[], State]) -> R:

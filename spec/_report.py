@@ -58,7 +58,8 @@ def action_text(action: Action, output: Output = None, before: State | None = No
     if isinstance(action, Lookup):
         return f"lookup({key_name(action.key)}, {action.request}) -> {output}"
     if isinstance(action, Flush) and isinstance(output, FlushOutput):
-        return f"flush -> submitted {_entries(output.submitted)}, dropped {_entries(output.dropped)}"
+        submitted, dropped = _entries(output.submitted), _entries(output.dropped)
+        return f"flush -> submitted {submitted}, dropped {dropped}"
     if isinstance(action, Cleanup):
         return f"cleanup({action.request})"
     if isinstance(action, MarkMiss | MarkPresent):
@@ -126,7 +127,8 @@ def violation_lines(violation: Violation) -> list[str]:
     if violation.also:
         lines.append(f"the same step also breaks: {', '.join(violation.also)}")
     steps = len(violation.trace)
-    lines.append(f"shortest counterexample, {steps} step{'s' * (steps != 1)} from the initial state:")
+    plural = "s" * (steps != 1)
+    lines.append(f"shortest counterexample, {steps} step{plural} from the initial state:")
     initial = State()
     lines.append(f"         {state_text(initial)}")
     lines += _trace_lines(violation.trace, initial, 1)
@@ -154,7 +156,8 @@ def text(result: CheckResult, variant: str | None, peak_mb: float) -> str:
         f"fixpoint {'reached' if result.fixpoint else 'NOT reached'}  "
         f"{result.seconds:.1f} s ({rate:,.0f} states/s)  peak memory {peak_mb:,.0f} MB",
         "sometimes: " + ", ".join(
-            f"{name} {'reached' if hit else 'NOT reached'}" for name, hit in result.sometimes.items()
+            f"{name} {'reached' if hit else 'NOT reached'}"
+            for name, hit in result.sometimes.items()
         ),
     ]
     if result.violation is not None:
@@ -177,7 +180,8 @@ def verdict(result: CheckResult) -> str:
 
 
 def _step_json(step: TraceStep, before: State) -> dict[str, str]:
-    return {"action": action_text(step.action, step.output, before), "state": state_text(step.state)}
+    action = action_text(step.action, step.output, before)
+    return {"action": action, "state": state_text(step.state)}
 
 
 def _steps_json(steps: Iterable[TraceStep], before: State) -> list[dict[str, str]]:

@@ -24,6 +24,8 @@ from spec import _report
 from spec._canon import Reductions
 from spec.core import TRANSITIONS
 from spec.model_check import Bounds, CheckResult, check
+from spec.fuzz_cli import register as register_fuzz
+from spec.trace_report import register as register_check_trace
 from spec.variants import VARIANTS
 
 EXIT_HOLDS, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
@@ -122,13 +124,15 @@ def register_model_check(subparsers: Subparsers) -> None:
                    help="stop after S seconds")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--dot", metavar="FILE",
-                   help=f"write the reachable graph as Graphviz (at most {_report.DOT_LIMIT} states)")
+                   help=f"write the reachable graph as Graphviz "
+                   f"(at most {_report.DOT_LIMIT} states)")
     p.set_defaults(run=run_model_check)
 
 
 def _progress_line(states: int, depth: int, elapsed: float) -> None:
     rate = states / elapsed if elapsed > 0 else 0.0
-    sys.stderr.write(f"\r  {states:,} states  depth {depth}  {rate:,.0f} states/s  {elapsed:.0f} s ")
+    line = f"  {states:,} states  depth {depth}  {rate:,.0f} states/s  {elapsed:.0f} s "
+    sys.stderr.write("\r" + line)
     sys.stderr.flush()
 
 
@@ -177,7 +181,7 @@ def _exit_code(result: CheckResult) -> int:
 
 # -- the entry point -------------------------------------------------------------
 
-REGISTRATIONS: list[Register] = [register_model_check]
+REGISTRATIONS: list[Register] = [register_model_check, register_check_trace, register_fuzz]
 
 
 def parser() -> argparse.ArgumentParser:

@@ -189,6 +189,12 @@ def generation_of(state: State, key: Key) -> Generation | None:
     return None if probe is None else probe.generation
 
 
+def phase_of(state: State, key: Key) -> Phase | None:
+    """The phase of ``key``'s probe, or None when the key has no state."""
+    probe = probe_of(state, key)
+    return None if probe is None else probe.phase
+
+
 def verdict_of(state: State, key: Key) -> Verdict:
     """The verdict of ``key``'s probe, or None when the key has no state."""
     probe = probe_of(state, key)
@@ -485,6 +491,7 @@ def mark_miss(state: State, action: MarkMiss) -> tuple[State, None]:
     post: changes_only(state, __return__[0], "probes")
     post: removed(state, __return__[0]) == ()
     post: all(k in action.keys for k, _ in changed(state, __return__[0]))
+    post: all(phase_of(state, k) is Phase.RESOLVED for k, _ in changed(state, __return__[0]))
     post: all(p.phase is Phase.RESOLVED for _, p in changed(state, __return__[0]))
     post: all(p.generation == generation_of(state, k) for k, p in changed(state, __return__[0]))
     post: all(verdict_of(__return__[0], k) is not True for k in action.keys)

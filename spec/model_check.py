@@ -84,6 +84,9 @@ class Bounds:
         for name in ("batch_entries", "queued_batches", "posted_results"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        if self.posted_results < self.batch_entries:
+            # A post appends a whole group's results: a smaller bound strands the worker.
+            raise ValueError("posted_results must be at least batch_entries")
         if not self.verdicts or len(set(self.verdicts)) != len(self.verdicts):
             raise ValueError("verdicts must be a non-empty set of booleans")
 
@@ -173,6 +176,18 @@ class CheckResult:
         return self.fixpoint and self.violation is None
 
 
+# Actions memoised together (one lookup per state): actions that read much the
+# same fields of the state, so that their union is still shared by many states.
+FAMILIES: tuple[tuple[type, ...], ...] = (
+    (Lookup, Cleanup, MarkMiss, MarkPresent),
+    (Flush,),
+    (Drain,),
+    (Shutdown,),
+    (TakeBatch,),
+    (ProbeGroup,),
+    (Post,),
+)
+ALL_REDUCTIONS = Reductions()
 _STEP_PROPS = tuple(p for p in ALWAYS if p.step is not None)
 _STATE_PROPS = tuple(p for p in ALWAYS if p.state is not None)
 _BY_NAME: dict[str, Property] = {p.name: p for p in ALWAYS}
@@ -186,7 +201,7 @@ def check(
     bounds: Bounds = Bounds(),
     table: Table = SPEC_TRANSITIONS,
     *,
-    reductions: Reductions = Reductions(),
+    reductions: Reductions = ALL_REDUCTIONS,
     memoised: bool = True,
     max_states: int | None = None,
     max_seconds: float | None = None,
@@ -210,8 +225,8 @@ class _Search:
         self.memoised = memoised
         numbered = list(enumerate(self.universe))
         self.families = [
-            self._memo(self._family([(n, a) for n, a in numbered if type(a) is kind]))
-            for kind in dict.fromkeys(type(a) for a in self.universe)
+            self._memo(self._family([(n, a) for n, a in numbered if type(a) in kinds]))
+            for kinds in FAMILIES
         ]
         self.no_edge = {n for n, a in numbered if isinstance(a, Shutdown)}
         self.invariants = [(p, self._memo(p.state)) for p in _STATE_PROPS if p.state]
@@ -271,6 +286,7 @@ class _Search:
         i, level_end, depth, transitions = 0, 1, 0, 0
         families, no_edge = self.families, self.no_edge
         keys, state_of, keep = self.keys, space.state_of, self.keep
+        find, successor, base_of = index.get, space.successor, space.base
         while i < len(keys):
             if i == level_end:
                 depth, level_end = depth + 1, len(keys)
@@ -294,12 +310,12 @@ class _Search:
                             raw[f] = vid
                         target = tuple(raw)
                         # A visited encoding is canonical already (canonical is idempotent).
-                        j = index.get(target)
+                        j = find(target)
                         if j is None:
                             if base is None:
-                                base = space.base(ids)
-                            target = space.successor(base, target, changed)
-                            j = index.get(target)
+                                base = base_of(ids)
+                            target = successor(base, target, changed)
+                            j = find(target)
                     else:
                         target, j = ids, i
                     if bad:
@@ -377,7 +393,8 @@ class _Search:
                 if not good[s]:
                     good[s] = 1
                     todo.append(s)
-        stuck = [s for s in range(n) if not good[s] and not self.space.state_of(self.keys[s]).stopped]
+        state_of, keys = self.space.state_of, self.keys
+        stuck = [s for s in range(n) if not good[s] and not state_of(keys[s]).stopped]
         self.result.stuck = len(stuck)
         if stuck:
             self._record(PROGRESS, self._path_to(stuck[0]), None)
@@ -461,7 +478,8 @@ class _Lazy:
     __slots__ = ("ids", "state", "state_of")
 
     def __init__(self, state_of: Callable[[Ids], State], ids: Ids) -> None:
-        self.state_of, self.ids, self.state = state_of, ids, None
+        self.state_of, self.ids = state_of, ids
+        self.state: State | None = None
 
     def __call__(self) -> State:
         if self.state is None:

@@ -298,6 +298,7 @@ class Checker:
         # unresolved probes named by a mark_miss: context for classification.
         self.faulty: set[tuple[bytes, int]] = set()
         self.missed: set[tuple[bytes, int]] = set()
+        self.flush_dropped = False  # the last flush dropped stale entries in some state
 
     @property
     def states(self) -> tuple[State, ...]:
@@ -380,6 +381,11 @@ class Checker:
             return self._each(lambda s: self._lookups(s, obs))
         if isinstance(obs, Cleanup):
             return self._cleanup(obs.request)
+        if isinstance(obs, Flush):
+            self.flush_dropped = any(
+                (p := core.probe_of(s, e.key)) is None or p.generation != e.generation
+                for s in self._states for e in s.batch
+            )
         if isinstance(obs, MarkMiss):
             for s in self._states:
                 for key in obs.keys:

@@ -50,6 +50,11 @@ def classify(
     if isinstance(obs, TierCall):
         return _tier_call(checker, obs, states)
     if isinstance(obs, TakeBatch):
+        if obs.took and checker.flush_dropped:
+            return 1, (
+                "take_batch() took a batch although the last flush had only stale "
+                "entries to drop: they were submitted"
+            )
         if obs.took:
             return 3, "take_batch() took a batch although no flushed batch was waiting"
         return 6, "take_batch() took nothing although a flushed batch was waiting"
@@ -135,6 +140,7 @@ def _tier_call(checker: Checker, obs: TierCall, states: list[State]) -> tuple[in
         shared = [
             p for s in states
             if (p := core.probe_of(s, key)) is not None and obs.request in p.requesters
+            and p.phase is not Phase.RESOLVED
         ]
         if shared:
             p = shared[0]
@@ -155,9 +161,18 @@ def _tier_call(checker: Checker, obs: TierCall, states: list[State]) -> tuple[in
     for state in states:
         for key in obs.keys:
             mine = [e for e in _owed(state) if e.key == key]
-            if mine and all(e.request != obs.request for e in mine):
-                return 9, (
-                    f"{call}: {key!r} was batched for {mine[0].request!r}, "
-                    "so it must be probed with that request's context"
+            if not mine or any(e.request == obs.request for e in mine):
+                continue
+            if not any(
+                (p := core.probe_of(s, key)) is not None and obs.request in p.requesters
+                for s in states
+            ):
+                return 1, (
+                    f"{call}: {obs.request!r} no longer asks for {key!r} (cleaned up), "
+                    "so its entry must have been dropped at the flush"
                 )
+            return 9, (
+                f"{call}: {key!r} was batched for {mine[0].request!r}, "
+                "so it must be probed with that request's context"
+            )
     return 9, f"{call}: a tier call must hold exactly one request's group of the batch in hand"

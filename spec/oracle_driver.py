@@ -16,6 +16,7 @@ users; it chooses nothing itself.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -49,11 +50,18 @@ WAIT_BOUND = 5.0  # seconds the oracle waits for a tier call or a post in thread
 
 @dataclass
 class Call:
-    """One numbered call of a run: how it reads, how to replay it, what the tier saw."""
+    """One numbered call of a run: how it reads, the Driver method that replays it,
+    and what the tier was asked meanwhile."""
 
     text: str
-    source: str
+    method: str
+    args: tuple[Any, ...]
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def source(self) -> str:
+        """The Python call that replays it on a ``Driver``."""
+        return f"{self.method}({', '.join(map(repr, self.args))})"
 
 
 class ConformanceError(AssertionError):
@@ -94,6 +102,21 @@ def make_inner_tier(tier: str, url: str | None = None) -> Any:
     raise ValueError(f"unknown tier {tier!r}")
 
 
+def dispose_inner_tier(inner: Any, keys: Sequence[bytes] = ()) -> None:
+    """Remove what a real tier left behind: the fs root, or ``keys`` from redis."""
+    if inner is None:
+        return
+    root = getattr(inner, "root", None)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
+        return
+    for key in keys:
+        inner.delete(key)
+    close = getattr(inner, "close", None)
+    if close is not None:
+        close()
+
+
 class Driver:
     """Drives one IUT through the oracle, checking every observation."""
 
@@ -114,6 +137,8 @@ class Driver:
         self.calls: list[Call] = []
         self._posted_expected = 0  # results the worker owes in all (threaded)
         self._settled_at = 0
+        self.owns_inner = False  # close() disposes of the real tier
+        self.failed = False  # a ConformanceError was raised: nothing is checked after it
         self.target: Target = factory(self.tier, mode)
 
     @classmethod
@@ -121,10 +146,12 @@ class Driver:
         cls, target: str = "reference", *, tier: str = "memory", **options: Any
     ) -> Driver:
         """A driver for the target named ``reference`` or ``module:attribute``."""
-        return cls(
+        driver = cls(
             load_target(target), inner=make_inner_tier(tier),
             config={"target": target, "tier": tier}, **options,
         )
+        driver.owns_inner = True
+        return driver
 
     # -- scheduler calls -----------------------------------------------------------
 
@@ -133,19 +160,19 @@ class Driver:
         verdict, error = self._call(lambda: self.target.lookup(key, request))
         self._record(
             f"lookup({key!r}, {request!r}) -> {_shown(verdict, error)}",
-            f"lookup({key!r}, {request!r})", [Lookup(key, request, verdict, error)],
+            ("lookup", (key, request)), [Lookup(key, request, verdict, error)],
         )
 
     def flush(self) -> None:
         """``flush()``."""
         _, error = self._call(self.target.flush)
-        self._record(f"flush(){_raised(error)}", "flush()", [Flush(error)])
+        self._record(f"flush(){_raised(error)}", ("flush", ()), [Flush(error)])
 
     def cleanup(self, request: str) -> None:
         """``cleanup(request)``."""
         _, error = self._call(lambda: self.target.cleanup(request))
         self._record(
-            f"cleanup({request!r}){_raised(error)}", f"cleanup({request!r})",
+            f"cleanup({request!r}){_raised(error)}", ("cleanup", (request,)),
             [Cleanup(request, error)],
         )
 
@@ -154,7 +181,7 @@ class Driver:
         keys = tuple(keys)
         _, error = self._call(lambda: self.target.mark_miss(keys))
         self._record(
-            f"mark_miss({list(keys)!r}){_raised(error)}", f"mark_miss({list(keys)!r})",
+            f"mark_miss({list(keys)!r}){_raised(error)}", ("mark_miss", (list(keys),)),
             [MarkMiss(keys, error)],
         )
 
@@ -163,14 +190,14 @@ class Driver:
         keys = tuple(keys)
         _, error = self._call(lambda: self.target.mark_present(keys))
         self._record(
-            f"mark_present({list(keys)!r}){_raised(error)}", f"mark_present({list(keys)!r})",
+            f"mark_present({list(keys)!r}){_raised(error)}", ("mark_present", (list(keys),)),
             [MarkPresent(keys, error)],
         )
 
     def drain_results(self) -> None:
         """``drain_results()``."""
         _, error = self._call(self.target.drain_results)
-        self._record(f"drain_results(){_raised(error)}", "drain_results()", [DrainResults(error)])
+        self._record(f"drain_results(){_raised(error)}", ("drain_results", ()), [DrainResults(error)])
 
     def shutdown(self, plans: Sequence[Plan] = ()) -> None:
         """``shutdown()``; tier calls it causes are answered with ``plans``, then all False."""
@@ -182,7 +209,7 @@ class Driver:
         _, error = self._call(self.target.shutdown)
         self.tier.clear_plans()
         self._record(
-            f"shutdown(){_raised(error)}", f"shutdown({list(plans)!r})", [Shutdown(error)]
+            f"shutdown(){_raised(error)}", ("shutdown", (list(plans),) if plans else ()), [Shutdown(error)]
         )
 
     # -- worker steps (stepped mode) ----------------------------------------------
@@ -191,7 +218,7 @@ class Driver:
         """Worker step ``take_batch()``."""
         took, error = self._call(self.target.take_batch)
         self._record(
-            f"take_batch() -> {_shown(took, error)}", "take_batch()",
+            f"take_batch() -> {_shown(took, error)}", ("take_batch", ()),
             [TakeBatch(bool(took), error)],
         )
 
@@ -207,13 +234,13 @@ class Driver:
             text = f"take_batch() -> {_shown(took, error)}, "
             seen.append(TakeBatch(bool(took), error))
             if error is not None or not took:
-                self._record(text[:-2], f"probe_group({plan!r})", seen)
+                self._record(text[:-2], ("probe_group", (plan,)), seen)
                 return
         self.tier.queue_plans([plan])
         probed, error = self._call(self.target.probe_group)
         self.tier.clear_plans()
         self._record(
-            f"{text}probe_group() -> {_shown(probed, error)}", f"probe_group({plan!r})",
+            f"{text}probe_group() -> {_shown(probed, error)}", ("probe_group", (plan,)),
             [ProbeGroup(bool(probed), error)], first=seen,
         )
 
@@ -221,7 +248,7 @@ class Driver:
         """Worker step ``post()``."""
         posted, error = self._call(self.target.post)
         self._record(
-            f"post() -> {_shown(posted, error)}", "post()", [Post(bool(posted), error)]
+            f"post() -> {_shown(posted, error)}", ("post", ()), [Post(bool(posted), error)]
         )
 
     # -- the tier and the worker (threaded mode) ------------------------------------
@@ -231,12 +258,12 @@ class Driver:
         pending = self.tier.next_call(WAIT_BOUND)
         if pending is None:
             self._record(
-                "wait for the worker's next tier call -> none came", f"answer({plan!r})",
+                "wait for the worker's next tier call -> none came", ("answer", (plan,)),
                 [Stalled("tier call", self.target.worker_alive())],
             )
             return
         self.tier.answer(pending, plan)
-        self._record("answer the worker's tier call", f"answer({plan!r})", [])
+        self._record("answer the worker's tier call", ("answer", (plan,)), [])
 
     def settle(self) -> None:
         """Wait (bounded) until the worker has posted a result for every key it probed."""
@@ -248,7 +275,7 @@ class Driver:
         self._record(
             f"wait until the worker posted {expected} results -> "
             f"{'done' if done else 'not within the bound'}",
-            "settle()",
+            ("settle", ()),
             [Settled() if done else Stalled("post", self.target.worker_alive())],
         )
 
@@ -263,20 +290,25 @@ class Driver:
         else:
             self.tier.delete(key)
         verb = "store" if present else "delete"
-        self._record(f"tier.{verb}({key!r})", f"store({key!r}, {present!r})", [])
+        self._record(f"tier.{verb}({key!r})", ("store", (key, present)), [])
 
     # -- the end -------------------------------------------------------------------
 
     def close(self) -> None:
         """Shut the IUT down if the run did not (checked unless a violation was found)."""
-        if self.checker.stopped:
-            return
-        if self.checker.violation is not None:
-            if self.mode == "threaded":
-                self.tier.auto()
-            self._call(self.target.shutdown)
-            return
-        self.shutdown()
+        try:
+            if self.checker.stopped:
+                return
+            if self.failed:
+                if self.mode == "threaded":
+                    self.tier.auto()
+                self._call(self.target.shutdown)
+                return
+            self.shutdown()
+        finally:
+            if self.owns_inner:
+                self.owns_inner = False
+                dispose_inner_tier(self.tier.inner)
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -289,18 +321,18 @@ class Driver:
             return None, f"{type(exc).__name__}: {exc}"
 
     def _record(
-        self, text: str, source: str, observations: list[Observation],
+        self, text: str, call: tuple[str, tuple[Any, ...]], observations: list[Observation],
         first: Sequence[Observation] = (),
     ) -> None:
         """Number the call, feed its observations to the checker.
 
         Order: ``first``, the tier calls made meanwhile, then ``observations``.
         """
-        call = Call(text, source)
-        self.calls.append(call)
+        record = Call(text, call[0], call[1])
+        self.calls.append(record)
         seen: list[Observation] = list(first)
         for tier_call in self.tier.take_log():
-            call.notes.append(
+            record.notes.append(
                 f"tier asked {list(tier_call.keys)!r} for {tier_call.request!r}: "
                 f"{tier_call.answer}"
             )
@@ -314,12 +346,15 @@ class Driver:
             and not self.target.worker_alive()
         ):
             seen.append(WorkerDied("its thread is gone"))
+        if self.failed:
+            return
         for obs in seen:
             violation = self.checker.observe(obs)
+            if violation is None and self.strict_efficiency and self.checker.warnings:
+                violation = self.checker.warnings[0]
             if violation is not None:
+                self.failed = True
                 raise ConformanceError(violation, self.calls, self.config)
-            if self.strict_efficiency and self.checker.warnings:
-                raise ConformanceError(self.checker.warnings[0], self.calls, self.config)
 
 
 def _shown(value: object, error: str | None) -> str:

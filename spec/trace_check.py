@@ -46,6 +46,7 @@ Efficiency = Literal["fail", "warn"]
 TRIM_EVERY = 1024  # feeds between trims of the engine's history
 PRUNE_EVERY = 16384  # feeds between prunes of the engine's per-probe notes
 ANCHORS_KEPT = 4096  # recent quiescent points remembered for excerpts
+TAGGED_KEPT = 4  # states explained only by a wasteful cleanup, kept beside efficient ones
 
 # A plain sentence per PROTOCOL.md property: what the implementation did wrong.
 EXPLANATIONS: dict[int, str] = {
@@ -275,6 +276,8 @@ class TraceChecker:
 
     def _after(self, event: TraceEvent) -> None:
         states = self.engine._states  # the size, without sorting
+        if len(states) > TAGGED_KEPT:
+            self._trim_tagged(states)
         self.max_states = max(self.max_states, len(states))
         if len(states) == 1 and not self.open_lookups and not self.open_calls:
             (state,) = states
@@ -285,6 +288,21 @@ class TraceChecker:
             del self.engine.history[:]
         if self._fed % PRUNE_EVERY == 0:
             self._prune()
+
+    @staticmethod
+    def _trim_tagged(states: dict[State, bool]) -> None:
+        """Keep at most ``TAGGED_KEPT`` tagged states while untagged ones exist.
+
+        The engine keeps, for every cleanup, a variant that also deleted
+        orphaned IN_FLIGHT probes (tagged: it breaks only property 8), so a run
+        with many such cleanups doubles the set each time.  The untagged states
+        alone decide safety; the tagged ones only let a property-8 finding be
+        named as such, for which a few suffice.
+        """
+        tagged = [s for s, is_tagged in states.items() if is_tagged]
+        if len(tagged) > TAGGED_KEPT and len(tagged) < len(states):
+            for state in tagged[TAGGED_KEPT:]:
+                del states[state]
 
     def _prune(self) -> None:
         """Forget the engine's notes on (key, generation) pairs that no possible state holds."""

@@ -151,10 +151,10 @@ def minimise(
     """A subsequence of ``events`` whose first violation is still ``found``'s, at its end.
 
     Only units unrelated to the violation (no involved key or request, not a
-    flush, drain, shutdown or worker step) may go, each only if the violation
-    stays: chunks of them first (halves, quarters, ...), then one at a time,
-    until ``MINIMISE_BUDGET`` engine steps are spent.  What stays tells the
-    story of the keys involved.
+    flush, drain, shutdown or worker step; any ``tables`` snapshot) may go,
+    each only if the violation stays: chunks of them first (halves, quarters,
+    ...), then one at a time, until ``MINIMISE_BUDGET`` engine steps are
+    spent.  What stays tells the story of the keys involved.
     """
     units = _units(events)
     if not units or units[-1][-1].line != found.event.line:
@@ -162,6 +162,8 @@ def minimise(
     keys, requests = involved(events, found)
 
     def related(unit: list[TraceEvent]) -> bool:
+        if unit[0].kind == "tables":
+            return False  # a snapshot narrows the states: never part of the story itself
         return any(
             e.kind in GLOBAL_EVENTS or keys & set(_keys(e)) or e.data.get("request") in requests
             for e in unit
@@ -348,7 +350,7 @@ def register(subparsers: Any) -> None:
         "--excerpt", type=Path, metavar="OUT",
         help="on a violation, also write the excerpt as a trace of its own to OUT",
     )
-    parser.set_defaults(func=_command)
+    parser.set_defaults(run=_command)
 
 
 def _command(args: argparse.Namespace) -> int:
@@ -363,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="asynclookup")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["check-trace", *(sys.argv[1:] if argv is None else argv)])
-    code: int = args.func(args)
+    code: int = args.run(args)
     return code
 
 

@@ -48,7 +48,7 @@ from spec.core import (
 )
 
 A = TypeVar("A")
-O = TypeVar("O")
+Out = TypeVar("Out")
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def flush_without_revalidation(state: State, action: Flush) -> tuple[State, Flus
             state = state._replace(
                 probes=_with_probe(state, entry.key, probe._replace(phase=Phase.IN_FLIGHT))
             )
-    queue = state.queue + (state.batch,) if state.batch else state.queue
+    queue = (*state.queue, state.batch) if state.batch else state.queue
     submitted = state.batch
     return state._replace(batch=(), queue=queue, drain_due=True), FlushOutput(submitted, ())
 
@@ -111,11 +111,11 @@ def apply_posted_by_key(state: State) -> State:
 
 
 def _applying_by_key(
-    action_fn: Callable[[State, A], tuple[State, O]], when: Callable[[State], bool]
-) -> Callable[[State, A], tuple[State, O]]:
+    action_fn: Callable[[State, A], tuple[State, Out]], when: Callable[[State], bool]
+) -> Callable[[State, A], tuple[State, Out]]:
     """``action_fn``, but posted results are first applied by key when ``when`` holds."""
 
-    def broken(state: State, action: A) -> tuple[State, O]:
+    def broken(state: State, action: A) -> tuple[State, Out]:
         if when(state):
             state = apply_posted_by_key(state)
         return action_fn(state, action)
@@ -223,7 +223,7 @@ VARIANTS: Mapping[str, Variant] = MappingProxyType({
         Variant(
             "mark-miss-forces-resolved",
             "mark_miss forces PENDING and IN_FLIGHT probes to RESOLVED False",
-            (3,),
+            (3, 2),
             _swap(MarkMiss=TRANSITIONS[MarkMiss]._replace(apply=mark_miss_forcing)),
         ),
         Variant(

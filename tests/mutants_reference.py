@@ -21,15 +21,15 @@ from reference.worker import Worker
 
 
 class FlushWithoutRevalidation(AsyncLookupManager):
-    """The seed bug (vLLM #55823): flush submits its whole batch, cleaned-up entries too."""
+    """The seed bug (vLLM #55823): flush submits its whole batch, stale entries too."""
 
     def flush(self) -> None:
         self._check_open("flush")
         self._apply_posted()
         batch, self._batch = self._batch, []
-        for key, _, _ in batch:
+        for key, _, generation in batch:
             probe = self._probes.get(key)
-            if probe is not None:
+            if probe is not None and probe.generation == generation:
                 probe.phase = IN_FLIGHT
         self._drain_due = True
         if batch:

@@ -224,8 +224,37 @@ def test_parsed_hand_traces_are_well_formed() -> None:
 
 
 def test_command_line_runs_the_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
-    """The check-trace argparse wiring checks the file and returns the exit code."""
-    from spec.trace_report import main
+    """``asynclookup check-trace FILE --json`` checks the file and returns the exit code."""
+    from spec.cli import main
 
-    assert main([str(TRACES / "mark_miss_forces_resolved.jsonl"), "--json"]) == 1
+    path = TRACES / "mark_miss_forces_resolved.jsonl"
+    assert main(["check-trace", str(path), "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["violation"]["property"] == 3
+
+
+def seed_bug(w: Writer) -> Writer:
+    """Append the seed bug: a cleaned-up entry is submitted."""
+    w.lookup("6b31", "r1", None).add("cleanup", request="r1").add("flush")
+    return w.call(["6b31"], "r1", [True])
+
+
+def test_long_trace_excerpt_starts_at_a_recent_quiescent_point(tmp_path: Path) -> None:
+    """After a long conforming stretch, the excerpt starts near the violation and is minimised."""
+    w = Writer()
+    for i in range(300):
+        w.lookup("6b39", f"q{i}", None).add("cleanup", request=f"q{i}")
+    _, rep = report(seed_bug(w).save(tmp_path / "t.jsonl"))
+    excerpt = rep["violation"]["excerpt"]  # type: ignore[index]
+    assert excerpt["complete"] and excerpt["first_line"] > 500
+    assert [row["line"] for row in excerpt["lines"]][-2:] == [906, 907]
+
+
+def test_excerpt_too_long_to_minimise_shows_its_tail(tmp_path: Path) -> None:
+    """With no quiescent point in reach, the excerpt is a line range and its last lines."""
+    w = Writer()
+    for i in range(450):
+        w.lookup("6b39", f"q{i}", None)  # never cleaned up: never quiescent
+    _, rep = report(seed_bug(w).save(tmp_path / "t.jsonl"))
+    excerpt = rep["violation"]["excerpt"]  # type: ignore[index]
+    assert not excerpt["complete"] and excerpt["first_line"] == 2
+    assert len(excerpt["lines"]) == 20 and excerpt["lines"][-1]["line"] == excerpt["last_line"]

@@ -291,3 +291,21 @@ def test_vllm_lazy_answer_is_recorded_when_consumed(tmp_path: Path) -> None:
     """A generator answer is recorded with the items the worker pulled from it."""
     got = recorded_answer(tmp_path, lambda: (v for v in (False, True)))
     assert got == {"answers": [False, True]}
+
+
+def test_trace_writer_escapes_names_and_values() -> None:
+    """Thread names and requests with quotes, newlines and non-ASCII stay one valid JSON line."""
+    out = io.StringIO()
+    writer = TraceWriter(out, recorder="t", worker_steps=False)
+    done = threading.Event()
+
+    def emit() -> None:
+        writer.write("cleanup", request='r"1\n\u00e9')
+        done.set()
+
+    threading.Thread(target=emit, name='w"\norker').start()
+    assert done.wait(5.0)
+    (line,) = out.getvalue().splitlines()[1:]
+    assert json.loads(line) == {
+        "seq": 0, "event": "cleanup", "thread": 'w"\norker', "request": 'r"1\n\u00e9',
+    }

@@ -32,6 +32,7 @@ from spec.core import (
     MarkPresent,
     Phase,
     Probe,
+    ProbeGroup,
     RequestId,
     Result,
     State,
@@ -39,26 +40,37 @@ from spec.core import (
 
 KEYS: tuple[Key, ...] = (b"a", b"b")
 REQUESTS: tuple[RequestId, ...] = ("r", "s")
-# Each key's probe draws from its own generations, so they differ by construction;
-# extra entries and results draw from all of them, so they may or may not be stale.
-GENERATIONS: dict[Key, tuple[int, ...]] = {b"a": (0, 2), b"b": (1, 3)}
+# The probe of KEYS[i] has generation i; extra entries and results take any
+# generation below the counter, so they may be live or stale.
 NEXT_GENERATION = 4
 ALL_GENERATIONS = tuple(range(NEXT_GENERATION))
 SUBSETS: tuple[frozenset[RequestId], ...] = (
     frozenset(), frozenset({"r"}), frozenset({"s"}), frozenset(REQUESTS)
 )
-# Where an IN_FLIGHT entry can sit: queued, held by the worker, answered, posted.
-PLACES = ("queue", "held", "answered", "posted")
+# IN_FLIGHT comes last, so that half of the probes are in flight.
+PHASES = (Phase.PENDING, Phase.RESOLVED, Phase.IN_FLIGHT)
+# A tier's answers for a group of one or two keys, or None: the tier failed.
+ANSWERS: tuple[tuple[bool, ...] | None, ...] = (None, (True,), (False,), (True, False))
+# Where an IN_FLIGHT entry sits: KEYS[0]'s is queued or posted, KEYS[1]'s held
+# or answered, so every worker action has a state that enables it.
+PLACES: dict[Key, tuple[str, str]] = {b"a": ("queue", "posted"), b"b": ("held", "answered")}
 
 _T = TypeVar("_T")
 
 
 def choose(p: SymbolicFactory, options: Sequence[_T], name: str) -> _T:
-    """One of ``options``, picked by a chain of symbolic booleans."""
-    for option in options[:-1]:
-        if p(bool, f"_{name}_is_{option!r}"):
-            return option
-    return options[-1]
+    """One of ``options``, picked by a balanced tree of symbolic booleans."""
+    if len(options) == 1:
+        return options[0]
+    half = (len(options) + 1) // 2
+    if p(bool, f"_{name}_{len(options)}"):
+        return choose(p, options[:half], name)
+    return choose(p, options[half:], name)
+
+
+def flag(p: SymbolicFactory, name: str) -> bool:
+    """A concrete bool chosen symbolically, so no symbolic value hides in a State."""
+    return bool(p(bool, f"_{name}"))
 
 
 def some_keys(p: SymbolicFactory, name: str) -> tuple[Key, ...]:
@@ -70,36 +82,34 @@ def state(p: SymbolicFactory) -> State:
     """A State over KEYS and REQUESTS whose phases agree with the pipeline by construction."""
     probes: list[tuple[Key, Probe]] = []
     batch: list[Entry] = []
-    places: dict[str, list[Entry]] = {place: [] for place in PLACES}
-    for key in KEYS:
+    places: dict[str, list[Entry]] = {"queue": [], "held": [], "answered": [], "posted": []}
+    for generation, key in enumerate(KEYS):
         k = key.decode()
-        if not p(bool, f"_has_{k}"):
+        if generation and flag(p, f"no_probe_{k}"):  # KEYS[0] always has a probe
             continue
-        generation = choose(p, GENERATIONS[key], f"generation_{k}")
-        phase = choose(p, tuple(Phase), f"phase_{k}")
+        phase = choose(p, PHASES, f"phase_{k}")
         # Only an IN_FLIGHT probe may be orphaned (no_orphaned_probes_inv).
         requesters = choose(p, SUBSETS if phase is Phase.IN_FLIGHT else SUBSETS[1:], f"asked_{k}")
-        verdict = p(bool, f"_verdict_{k}") if phase is Phase.RESOLVED else None
+        verdict = flag(p, f"verdict_{k}") if phase is Phase.RESOLVED else None
         entry = Entry(key, choose(p, REQUESTS, f"batched_with_{k}"), generation)
         if phase is Phase.PENDING:
             batch.append(entry)
         elif phase is Phase.IN_FLIGHT:
-            places[choose(p, PLACES, f"place_{k}")].append(entry)
+            first, second = PLACES[key]
+            places[second if flag(p, f"{k}_{second}") else first].append(entry)
         probes.append((key, Probe(generation, phase, verdict, requesters)))
-    if p(bool, "_extra_entry"):  # perhaps stale: cleaned up or superseded since batched
-        batch.append(Entry(choose(p, KEYS, "extra_key"), choose(p, REQUESTS, "extra_request"),
-                           choose(p, ALL_GENERATIONS, "extra_generation")))
-    for place in ("held", "posted"):
-        if p(bool, f"_extra_in_{place}"):  # a result or held entry nobody waits for
+    for place in ("batch", "held", "posted"):  # perhaps stale: nobody may wait for it
+        if flag(p, f"extra_{place}"):
             extra = Entry(choose(p, KEYS, f"{place}_key"), choose(p, REQUESTS, f"{place}_req"),
                           choose(p, ALL_GENERATIONS, f"{place}_generation"))
-            places[place].append(extra)
+            (batch if place == "batch" else places[place]).append(extra)
     index = []
     for request in REQUESTS:
         keys = frozenset(k for k, probe in probes if request in probe.requesters)
         if keys:
             index.append((request, keys))
-    if p(bool, "_stopped"):  # shutdown dropped the batch and the queue, applied results
+    # Only shutdown is enabled once stopped: spend one path in eight on such states.
+    if all(flag(p, f"stopped_{i}") for i in range(3)):
         return State(tuple(probes), tuple(index), NEXT_GENERATION, stopped=True)
     return State(
         probes=tuple(probes),
@@ -110,12 +120,12 @@ def state(p: SymbolicFactory) -> State:
         held=tuple(places["held"]),
         answered=tuple(_result(p, e) for e in places["answered"]),
         posted=tuple(_result(p, e) for e in places["posted"]),
-        drain_due=p(bool, "_drain_due"),
+        drain_due=flag(p, "drain_due"),
     )
 
 
 def _result(p: SymbolicFactory, entry: Entry) -> Result:
-    return Result(entry.key, entry.generation, p(bool, f"_says_{entry.key.decode()}"))
+    return Result(entry.key, entry.generation, flag(p, f"says_{entry.key.decode()}"))
 
 
 def register() -> None:
@@ -125,3 +135,4 @@ def register() -> None:
     register_type(Cleanup, lambda p: Cleanup(choose(p, REQUESTS, "req")))
     register_type(MarkMiss, lambda p: MarkMiss(some_keys(p, "miss")))
     register_type(MarkPresent, lambda p: MarkPresent(some_keys(p, "present")))
+    register_type(ProbeGroup, lambda p: ProbeGroup(choose(p, ANSWERS, "answers")))

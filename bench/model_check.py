@@ -1,0 +1,99 @@
+"""Benchmark of the bounded model checker: states, transitions, time, memory.
+
+Runs ``spec.model_check.check`` for a list of bounds (in a fresh process per
+run, so that peak memory is per run), each repeated, and prints a Markdown
+table with medians, for docs/benchmarks.md.  The "naive" row is the same
+search with every reduction and the memo off: the plain breadth-first search
+that the issue measured, run on the same machine, to calibrate the others.
+
+    .venv/bin/python bench/model_check.py                 # the default set
+    .venv/bin/python bench/model_check.py --runs 3 2x2    # one configuration
+
+What it does not do: assert anything (speed is not tested), or run in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CONFIGS: dict[str, list[str]] = {
+    "1x2": ["--keys", "1", "--requests", "2"],
+    "2x1": ["--keys", "2", "--requests", "1"],
+    "1x2-naive": ["--keys", "1", "--requests", "2", "--naive"],
+    "2x2": ["--keys", "2", "--requests", "2"],
+    "2x3-300s": ["--keys", "2", "--requests", "3", "--max-seconds", "300"],
+}
+
+_CHILD = """
+import json, resource, sys, time
+from spec.model_check import Bounds, Reductions, check
+args = json.loads(sys.argv[1])
+naive = args.pop("naive", False)
+limits = {k: args.pop(k) for k in ("max_states", "max_seconds") if k in args}
+cpu = time.process_time()
+r = check(Bounds(**args), reductions=Reductions.none() if naive else Reductions(),
+          memoised=not naive, **limits)
+cpu = time.process_time() - cpu
+print(json.dumps({
+    "states": r.states, "transitions": r.transitions, "depth": r.depth,
+    "fixpoint": r.fixpoint, "holds": r.holds, "seconds": r.seconds, "cpu": cpu,
+    "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+}))
+"""
+
+
+def _child_args(flags: list[str]) -> dict[str, object]:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--keys", type=int)
+    parser.add_argument("--requests", type=int)
+    parser.add_argument("--max-seconds", type=float)
+    parser.add_argument("--max-states", type=int)
+    parser.add_argument("--naive", action="store_true")
+    ns = parser.parse_args(flags)
+    return {k: v for k, v in vars(ns).items() if v not in (None, False)}
+
+
+def run_once(flags: list[str]) -> dict[str, float]:
+    """One search in a fresh interpreter; its figures."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, json.dumps(_child_args(flags))],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )
+    figures: dict[str, float] = json.loads(done.stdout)
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--runs", type=int, default=3, help="repetitions (medians reported)")
+    args = parser.parse_args(argv)
+    print("| bounds | states | transitions | depth | fixpoint | holds | wall s | CPU s "
+          "| states/s (CPU) | peak MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name in args.configs:
+        runs = [run_once(CONFIGS[name]) for _ in range(args.runs)]
+        first = runs[0]
+
+        def median(key: str, runs: list[dict[str, float]] = runs) -> float:
+            return statistics.median(r[key] for r in runs)
+
+        print(
+            f"| {name} | {first['states']:,} | {first['transitions']:,} | {first['depth']} "
+            f"| {bool(first['fixpoint'])} | {bool(first['holds'])} | {median('seconds'):.1f} "
+            f"| {median('cpu'):.1f} | {median('states') / median('cpu'):,.0f} "
+            f"| {median('peak_mb'):,.0f} |",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

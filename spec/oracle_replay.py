@@ -1,0 +1,199 @@
+"""Replaying, shrinking and writing out counterexamples, without Hypothesis.
+
+A counterexample is the list of ``spec.oracle_driver.Call``s that led to a
+``ConformanceError``; each names the ``Driver`` method that replays it.  In
+stepped mode a replay is deterministic (the test thread plays the worker and
+the oracle's tier answers as recorded), so:
+
+- ``replay`` runs calls on a fresh target and returns the error, if any;
+- ``shrink`` deletes calls and simplifies their arguments for as long as the
+  replay still breaks the same property (much cheaper than shrinking through
+  Hypothesis, since a replay costs a millisecond);
+- ``replay_file`` writes a standalone pytest file that replays the calls; it
+  fails while the target breaks the property and passes on a conforming one.
+
+Threaded runs are not deterministic; their counterexamples are shrunk by
+Hypothesis and replay only as well as the interleaving repeats.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from spec.adapter import Plan
+from spec.oracle_driver import Call, ConformanceError, Driver
+
+Step = tuple[str, tuple[Any, ...]]
+
+
+def open_replay(
+    target: str, *, mode: str = "stepped", tier: str = "memory", strict_efficiency: bool = False
+) -> Driver:
+    """A fresh driver for a replay (what replay files call)."""
+    return Driver.open(target, mode=mode, tier=tier, strict_efficiency=strict_efficiency)
+
+
+def replay(config: dict[str, Any], steps: Sequence[Step]) -> ConformanceError | None:
+    """Run ``steps`` on a fresh target as ``config`` says; the error they cause, if any."""
+    driver = open_replay(
+        config.get("target", "reference"), mode=config.get("mode", "stepped"),
+        tier=config.get("tier", "memory"),
+        strict_efficiency=bool(config.get("strict_efficiency", False)),
+    )
+    try:
+        for method, args in steps:
+            getattr(driver, method)(*args)
+        driver.close()
+    except ConformanceError as error:
+        driver.close()  # unchecked: the driver has failed
+        return error
+    return None
+
+
+def shrink(error: ConformanceError, budget: float = 20.0) -> ConformanceError:
+    """The shortest, simplest replay found within ``budget`` seconds breaking the same property."""
+    if error.config.get("mode", "stepped") != "stepped":
+        return error
+    number = error.violation.number
+    deadline = time.monotonic() + budget
+    best = error
+
+    def attempt(steps: list[Step]) -> bool:
+        nonlocal best
+        if time.monotonic() > deadline:
+            return False
+        found = replay(error.config, steps)
+        if found is None or found.violation.number != number:
+            return False
+        if _size(found) <= _size(best):
+            best = found
+        return True
+
+    changed = True
+    while changed and time.monotonic() < deadline:
+        changed = _delete_calls(_steps(best.calls), attempt)
+        changed = _canonical_names(_steps(best.calls), attempt) or changed
+        changed = _simplify_arguments(_steps(best.calls), attempt) or changed
+    return best
+
+
+def _steps(calls: Sequence[Call]) -> list[Step]:
+    return [(c.method, c.args) for c in calls]
+
+
+def _size(error: ConformanceError) -> tuple[int, int]:
+    return len(error.calls), sum(len(repr(c.args)) for c in error.calls)
+
+
+def _delete_calls(steps: list[Step], attempt: Callable[[list[Step]], bool]) -> bool:
+    """Delete chunks of calls, halving the chunk size down to one call."""
+    changed = False
+    chunk = max(1, len(steps) // 2)
+    while chunk >= 1:
+        i = len(steps) - chunk
+        while i >= 0:
+            candidate = steps[:i] + steps[i + chunk:]
+            if attempt(candidate):
+                steps, changed = candidate, True
+                i = min(i, len(steps) - chunk)
+            else:
+                i -= 1
+        chunk //= 2
+    return changed
+
+
+def _canonical_names(steps: list[Step], attempt: Callable[[list[Step]], bool]) -> bool:
+    """Rename keys and requests to k0, k1, ... and A, B, ... in order of first use."""
+    keys: dict[bytes, bytes] = {}
+    requests: dict[str, str] = {}
+
+    def rename(value: Any) -> Any:
+        if isinstance(value, bytes):
+            return keys.setdefault(value, b"k%d" % len(keys))
+        if isinstance(value, str) and len(value) == 1:
+            return requests.setdefault(value, "ABCDEFGH"[len(requests)])
+        if isinstance(value, list):
+            return [rename(v) for v in value]
+        return value
+
+    renamed = [(m, tuple(rename(a) for a in args)) for m, args in steps]
+    return renamed != steps and attempt(renamed)
+
+
+def _simpler(value: Any) -> list[Any]:
+    """Simpler versions of one argument, simplest first."""
+    if isinstance(value, Plan):
+        out = [Plan(), Plan(value.kind), Plan(value.kind, size=value.size)]
+        for i, bit in enumerate(value.bits):
+            if bit:
+                bits = value.bits[:i] + (False,) + value.bits[i + 1:]
+                out.append(Plan(value.kind, bits, value.size))
+        if value.size:
+            out.append(Plan(value.kind, value.bits, 0))
+        return [p for p in out if p != value]
+    if isinstance(value, list) and value:
+        return [[]] + [value[:i] + value[i + 1:] for i in range(len(value))]
+    return []
+
+
+def _simplify_arguments(steps: list[Step], attempt: Callable[[list[Step]], bool]) -> bool:
+    changed = False
+    for i in range(len(steps)):
+        if i >= len(steps):
+            break
+        method, args = steps[i]
+        for j, arg in enumerate(args):
+            for simpler in _simpler(arg):
+                new_args = args[:j] + (simpler,) + args[j + 1:]
+                candidate = steps[:i] + [(method, new_args)] + steps[i + 1:]
+                if attempt(candidate):
+                    steps, args, changed = candidate, new_args, True
+                    break
+    return changed
+
+
+_TEMPLATE = '''"""Replay of a counterexample found by asynclookup fuzz: {title}.
+
+{detail}
+
+Generated by ``asynclookup fuzz --replay-out``; it needs no Hypothesis.  It fails
+while the target breaks the property and passes once the target conforms.  Set
+ASYNCLOOKUP_REPLAY_TARGET to replay it against another target (e.g. reference).
+"""
+
+from __future__ import annotations
+
+import os
+
+from spec.adapter import Plan
+from spec.oracle_replay import open_replay
+
+TARGET = os.environ.get("ASYNCLOOKUP_REPLAY_TARGET", {target!r})
+
+
+def test_replay() -> None:
+    """The target conforms to the spec on the calls of the counterexample."""
+    driver = open_replay(TARGET, mode={mode!r}, tier={tier!r}, strict_efficiency={strict!r})
+    try:
+{body}
+    finally:
+        driver.close()
+    assert Plan  # the calls above may not need it
+'''
+
+
+def replay_file(error: ConformanceError) -> str:
+    """A standalone pytest module replaying ``error``'s calls."""
+    body = "\n".join(
+        f"        driver.{call.source}  # {number}. {call.text}"
+        for number, call in enumerate(error.calls, 1)
+    )
+    detail = error.violation.detail.replace('"""', "'''").replace("\\", "\\\\")
+    return _TEMPLATE.format(
+        title=error.violation.title, detail=detail, body=body or "        pass",
+        target=error.config.get("target", "reference"),
+        mode=error.config.get("mode", "stepped"), tier=error.config.get("tier", "memory"),
+        strict=bool(error.config.get("strict_efficiency", False)),
+    )

@@ -1,0 +1,197 @@
+"""Run the code examples of the markdown docs, so that no example can go stale.
+
+The rules (docs/index.md, "Examples are tested", says them to writers):
+
+- A ```` ```python ```` block runs.  All the python blocks of one file share one
+  namespace and run in file order, so a walkthrough can build on its earlier
+  blocks; each file starts from a fresh namespace, with a fresh temporary
+  directory as its working directory.  A block whose first line starts with
+  ``>>>`` is a doctest: the output shown must be the output printed.
+- A ```` ```sh ```` block (or ``console``, ``shell``, ``bash``) runs its lines that
+  start with ``asynclookup`` (after an optional ``$``) in-process through
+  ``spec.cli.main``, and its ``python -m spec.docgen --show`` / ``--check``
+  lines through ``spec.docgen.main``.  A trailing ``# exit N`` comment gives
+  the exit code the line must return (0 otherwise).  Other lines (``make``,
+  ``pip``, ``.venv/bin/python ...``) are not run.
+- Any other block (```` ```text ````, ```` ```json ````, ```` ```mermaid ````, a bare
+  fence) is not run.  Signatures and pseudo-code go in ```` ```text ````.
+
+What it does not do: compare the printed output of a shell line (generated
+blocks are checked by ``spec.docgen --check`` instead), or run anything but
+the project's own commands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import doctest
+import io
+import os
+import re
+import shlex
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>```+)(?P<info>[^`\n]*)$")
+SHELL = frozenset({"sh", "shell", "console", "bash"})
+EXIT = re.compile(r"#\s*exits?\s+(?P<code>\d+)")
+
+
+class ExampleError(AssertionError):
+    """A documented example failed; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced block: where it starts (the fence line), its info word, its text."""
+
+    path: Path
+    line: int
+    lang: str
+    text: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def blocks(path: Path) -> list[Block]:
+    """Every fenced block of a markdown file, in order."""
+    found: list[Block] = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if m is None:
+            i += 1
+            continue
+        fence, start = m["fence"], i
+        body: list[str] = []
+        i += 1
+        while i < len(lines) and not lines[i].strip().startswith(fence):
+            body.append(lines[i][len(m["indent"]):])
+            i += 1
+        if i == len(lines):
+            raise ExampleError(f"{path}:{start + 1}: code fence is never closed")
+        lang = (m["info"].split() or [""])[0].lower()
+        found.append(Block(path, start + 1, lang, "\n".join(body) + "\n"))
+        i += 1
+    return found
+
+
+def runnable(block: Block) -> bool:
+    """Whether the runner executes ``block`` at all."""
+    return block.lang == "python" or (block.lang in SHELL and bool(list(commands(block))))
+
+
+# -- python --------------------------------------------------------------------------
+
+
+def run_python(block: Block, namespace: dict[str, object]) -> None:
+    """Run one python block in ``namespace``; raise ExampleError naming its line."""
+    if block.text.lstrip().startswith(">>>"):
+        _run_doctest(block, namespace)
+        return
+    source = "\n" * block.line + block.text  # tracebacks show the markdown line numbers
+    try:
+        exec(compile(source, str(block.path), "exec"), namespace)
+    except Exception as exc:
+        tail = "".join(traceback.format_exception(exc)[-6:])
+        raise ExampleError(f"{block.where}: python example failed:\n{tail}") from None
+
+
+def _run_doctest(block: Block, namespace: dict[str, object]) -> None:
+    parser = doctest.DocTestParser()
+    test = parser.get_doctest(block.text, namespace, block.where, str(block.path), block.line)
+    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    runner = doctest.DocTestRunner(optionflags=flags)
+    report = io.StringIO()
+    result = runner.run(test, out=report.write, clear_globs=False)
+    namespace.update(test.globs)
+    if result.failed:
+        raise ExampleError(f"{block.where}: doctest example failed:\n{report.getvalue()}")
+
+
+# -- shell ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Command:
+    """One shell line the runner executes: its words and the exit code it must give."""
+
+    line: int
+    argv: tuple[str, ...]
+    expected: int
+
+
+def commands(block: Block) -> Iterator[Command]:
+    """The lines of a shell block that the runner executes."""
+    for n, raw in enumerate(block.text.splitlines(), block.line + 1):
+        text = raw.strip().removeprefix("$ ").strip()
+        exit_note = EXIT.search(text)
+        words = shlex.split(text, comments=True)
+        is_cli = words[:1] == ["asynclookup"]
+        is_docgen = words[:3] == ["python", "-m", "spec.docgen"] and bool(
+            {"--show", "--check"} & set(words)
+        )
+        if is_cli or is_docgen:
+            yield Command(n, tuple(words), int(exit_note["code"]) if exit_note else 0)
+
+
+def _entry_point(argv: Sequence[str]) -> tuple[Callable[[Sequence[str]], int], list[str]]:
+    if argv[0] == "asynclookup":
+        from spec import cli
+
+        return cli.main, list(argv[1:])
+    from spec import docgen
+
+    return docgen.main, list(argv[3:])
+
+
+def run_shell(block: Block) -> None:
+    """Run the executable lines of one shell block; raise ExampleError on a wrong exit."""
+    for command in commands(block):
+        main, args = _entry_point(command.argv)
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                code = main(args)
+        except BaseException as exc:  # a traceback is itself a broken example
+            code = -1
+            out.write("".join(traceback.format_exception(exc)[-6:]))
+        if code != command.expected:
+            shown = " ".join(command.argv)
+            raise ExampleError(
+                f"{block.path}:{command.line}: `{shown}` exited {code}, "
+                f"expected {command.expected}:\n{out.getvalue()[-3000:]}"
+            )
+
+
+# -- a whole file --------------------------------------------------------------------
+
+
+def run_file(path: Path, workdir: Path, skip: Callable[[Block], bool] | None = None) -> int:
+    """Run every runnable block of ``path`` in order, except those ``skip`` names;
+    returns how many ran."""
+    path = path.resolve()
+    namespace: dict[str, object] = {"__name__": f"docs_example_{path.stem}"}
+    ran = 0
+    previous = Path.cwd()
+    workdir.mkdir(parents=True, exist_ok=True)
+    os.chdir(workdir)
+    try:
+        for block in blocks(path):
+            if skip is not None and skip(block):
+                continue
+            if block.lang == "python":
+                run_python(block, namespace)
+            elif block.lang in SHELL:
+                run_shell(block)
+            else:
+                continue
+            ran += runnable(block)
+    finally:
+        os.chdir(previous)
+    return ran

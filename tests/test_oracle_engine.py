@@ -1,0 +1,269 @@
+"""The observation checker (spec.observe) on hand-written observation sequences.
+
+Each test feeds a few observations, as an implementation under test would
+produce them, and pins whether the checker accepts them and, when it does not,
+which PROTOCOL.md property it names.  Every rejection here is a planted bug.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from spec.observe import (
+    CLOSED,
+    Answer,
+    Checker,
+    Cleanup,
+    DrainResults,
+    Flush,
+    Lookup,
+    MarkMiss,
+    MarkPresent,
+    Observation,
+    OracleLimitError,
+    Post,
+    ProbeGroup,
+    Settled,
+    Shutdown,
+    Stalled,
+    TakeBatch,
+    TierCall,
+    Violation,
+    WorkerDied,
+    verdict_candidates,
+)
+
+K0, K1 = b"k0", b"k1"
+TRUE, FALSE = Answer((True,)), Answer((False,))
+
+
+def feed(observations: list[Observation], *, threaded: bool = False) -> Checker:
+    """A checker that has taken ``observations``; fails the test on a violation."""
+    checker = Checker(hidden_worker=threaded)
+    for obs in observations:
+        violation = checker.observe(obs)
+        assert violation is None, f"{violation.title}: {violation.detail}"
+    return checker
+
+
+def first_violation(observations: list[Observation], *, threaded: bool = False) -> Violation:
+    """The violation the observations lead to (the test fails if there is none)."""
+    checker = Checker(hidden_worker=threaded)
+    for obs in observations:
+        violation = checker.observe(obs)
+        if violation is not None:
+            return violation
+    raise AssertionError("the checker accepted every observation")
+
+
+def probed(key: bytes, request: str, answer: Answer) -> list[Observation]:
+    """One stepped worker move that takes a batch and probes ``key`` for ``request``."""
+    return [TakeBatch(True), TierCall((key,), request, answer), ProbeGroup(True)]
+
+
+# -- what conforms -------------------------------------------------------------------
+
+
+def test_a_lookup_round_trip_conforms() -> None:
+    """Lookup, flush, probe, post, then the first lookup after a flush delivers the verdict."""
+    checker = feed(
+        [Lookup(K0, "A", None), Flush(), *probed(K0, "A", TRUE), Post(True),
+         Flush(), Lookup(K0, "A", True)]
+    )
+    assert len(checker.states) == 1
+
+
+def test_an_early_drain_in_lookup_is_allowed() -> None:
+    """A lookup may apply posted results even when no flush happened since the last drain."""
+    base: list[Observation] = [
+        Lookup(K0, "A", None), Flush(), Lookup(K1, "A", None),  # this lookup drained
+        *probed(K0, "A", TRUE), Post(True),
+    ]
+    feed([*base, Lookup(K0, "A", True)])
+    feed([*base, Lookup(K0, "A", None)])
+
+
+def test_request_groups_may_be_probed_in_any_order() -> None:
+    """The worker may probe the second request's group of a batch first."""
+    feed(
+        [Lookup(K0, "A", None), Lookup(K1, "B", None), Flush(), TakeBatch(True),
+         TierCall((K1,), "B", TRUE), ProbeGroup(True), TierCall((K0,), "A", FALSE),
+         ProbeGroup(True), Post(True), Flush(), Lookup(K0, "A", False), Lookup(K1, "B", True)]
+    )
+
+
+def test_threaded_mode_hides_take_batch_and_post() -> None:
+    """In threaded mode a verdict may or may not be visible before the worker settles."""
+    base: list[Observation] = [Lookup(K0, "A", None), Flush(), TierCall((K0,), "A", TRUE)]
+    feed([*base, Flush(), Lookup(K0, "A", True)], threaded=True)
+    feed([*base, Flush(), Lookup(K0, "A", None)], threaded=True)
+
+
+def test_a_faulty_answer_allows_false_or_the_bool_given() -> None:
+    """A short answer gives each key False, or the proper bool the tier gave for it."""
+    assert set(verdict_candidates(Answer((True,)), 2)) == {(False, False), (True, False)}
+
+
+def test_a_non_bool_value_gives_false_for_its_key() -> None:
+    """A non-bool value (here 1) never counts as True."""
+    assert set(verdict_candidates(Answer((1, True)), 2)) == {(False, False), (False, True)}
+
+
+def test_a_proper_answer_allows_exactly_its_values() -> None:
+    """n bools and no exception: the verdicts are exactly those bools."""
+    assert verdict_candidates(Answer((True, False)), 2) == ((True, False),)
+
+
+def test_calls_after_shutdown_raising_the_closed_error_conform() -> None:
+    """After shutdown every call raises the closed-manager error; shutdown stays idempotent."""
+    feed([Shutdown(), Lookup(K0, "A", None, CLOSED), Flush(CLOSED), Shutdown()])
+
+
+def test_settled_makes_posted_results_certain() -> None:
+    """After the worker settled, the first lookup after a flush must deliver the verdict."""
+    base: list[Observation] = [Lookup(K0, "A", None), Flush(), TierCall((K0,), "A", TRUE),
+                               Settled(), Flush()]
+    violation = first_violation([*base, Lookup(K0, "A", None)], threaded=True)
+    assert violation.number == 6
+
+
+# -- planted bugs -------------------------------------------------------------------
+
+
+def test_probing_a_cleaned_up_entry_is_property_1() -> None:
+    """A tier call for an entry cleaned up before the flush breaks property 1."""
+    violation = first_violation(
+        [Lookup(K0, "A", None), Cleanup("A"), Flush(), TakeBatch(True),
+         TierCall((K0,), "A", FALSE)]
+    )
+    assert violation.number == 1
+
+
+def test_probing_a_stale_duplicate_is_property_1() -> None:
+    """A call holding a key twice (a stale entry beside the live one) breaks property 1."""
+    violation = first_violation(
+        [Lookup(K0, "A", None), Cleanup("A"), Lookup(K0, "A", None), Flush(),
+         TakeBatch(True), TierCall((K0, K0), "A", Answer((False, False)))]
+    )
+    assert violation.number == 1
+
+
+def test_a_stale_verdict_is_property_2() -> None:
+    """A verdict from an old generation, after mark_present, breaks property 2."""
+    violation = first_violation(
+        [Lookup(K0, "A", None), Flush(), MarkPresent((K0,)), *probed(K0, "A", FALSE),
+         Post(True), Lookup(K0, "A", False)]
+    )
+    assert violation.number == 2
+
+
+def test_mark_miss_forcing_a_pending_probe_is_property_3() -> None:
+    """A False verdict on a PENDING probe that mark_miss named breaks property 3."""
+    violation = first_violation([Lookup(K0, "A", None), MarkMiss((K0,)), Lookup(K0, "A", False)])
+    assert violation.number == 3
+
+
+def test_a_missing_verdict_is_property_6() -> None:
+    """None where the drained verdict must be visible breaks property 6."""
+    violation = first_violation(
+        [Lookup(K0, "A", None), Flush(), *probed(K0, "A", TRUE), Post(True), Flush(),
+         Lookup(K0, "A", None)]
+    )
+    assert violation.number == 6
+
+
+def test_a_post_that_posts_nothing_is_property_6() -> None:
+    """A worker that answered but posts nothing (zip truncation) breaks property 6."""
+    violation = first_violation([Lookup(K0, "A", None), Flush(), *probed(K0, "A", Answer()),
+                                 Post(False)])
+    assert violation.number == 6
+
+
+def test_a_worker_step_that_raises_is_property_7() -> None:
+    """A worker step that lets the tier's exception escape breaks property 7."""
+    violation = first_violation(
+        [Lookup(K0, "A", None), Flush(), TakeBatch(True),
+         TierCall((K0,), "A", Answer(raises=True, lazy=True)), ProbeGroup(False, "TierFault")]
+    )
+    assert violation.number == 7
+
+
+def test_a_dead_worker_is_property_7() -> None:
+    """A worker thread that died before shutdown breaks property 7."""
+    violation = first_violation([Lookup(K0, "A", None), Flush(), WorkerDied()], threaded=True)
+    assert violation.number == 7
+
+
+def test_a_tier_call_that_never_comes_is_property_6() -> None:
+    """An owed tier call that does not come within the bound, worker alive, breaks property 6."""
+    violation = first_violation([Lookup(K0, "A", None), Flush(), Stalled("tier call", True)],
+                                threaded=True)
+    assert violation.number == 6
+
+
+def test_probing_with_another_requests_context_is_property_9() -> None:
+    """A key probed with the context of a request that joined it, not the batched one, is 9."""
+    violation = first_violation(
+        [Lookup(K0, "A", None), Lookup(K0, "B", None), Flush(), TakeBatch(True),
+         TierCall((K0,), "B", FALSE)]
+    )
+    assert violation.number == 9
+
+
+def test_a_call_after_shutdown_that_returns_is_a_usage_violation() -> None:
+    """A call after shutdown must raise the closed-manager error; returning is a usage error."""
+    violation = first_violation([Shutdown(), Flush()])
+    assert (violation.number, violation.kind) == (None, "usage")
+
+
+def test_an_exception_before_shutdown_is_property_7() -> None:
+    """A scheduler call that raises while the spec's action is enabled breaks property 7."""
+    violation = first_violation([Lookup(K0, "A", None, "AssertionError: enqueue once")])
+    assert violation.number == 7
+
+
+def test_a_violation_keeps_the_last_possible_states() -> None:
+    """The report shows the spec states that were possible just before the observation."""
+    violation = first_violation([Lookup(K0, "A", None), Lookup(K0, "A", True)])
+    assert violation.index == 1 and violation.states[0].batch != ()
+
+
+# -- efficiency and limits ------------------------------------------------------------
+
+
+def test_reprobing_after_cleanup_of_an_in_flight_probe_is_a_warning() -> None:
+    """A second probe of a key whose in-flight probe was cleaned up is a property-8 warning."""
+    checker = feed(
+        [Lookup(K0, "A", None), Flush(), Cleanup("A"), Lookup(K0, "B", None), Flush(),
+         *probed(K0, "A", FALSE), Post(True), *probed(K0, "B", FALSE)]
+    )
+    assert [w.number for w in checker.warnings] == [8]
+
+
+def test_the_efficient_behaviour_raises_no_warning() -> None:
+    """Joining the orphaned in-flight probe instead of probing again keeps property 8."""
+    checker = feed(
+        [Lookup(K0, "A", None), Flush(), Cleanup("A"), Lookup(K0, "B", None), Flush(),
+         *probed(K0, "A", TRUE), Post(True), Flush(), Lookup(K0, "B", True)]
+    )
+    assert checker.warnings == []
+
+
+def test_too_many_possible_states_raise_the_limit_error() -> None:
+    """When the possible states outgrow the bound, the checker says it cannot judge."""
+    checker = Checker(hidden_worker=True, max_states=2)
+    for obs in [Lookup(K0, "A", None), Lookup(K1, "B", None), Flush(), Flush()]:
+        checker.observe(obs)
+    with pytest.raises(OracleLimitError):
+        checker.observe(TierCall((K0,), "A", Answer((True,), raises=True, lazy=True)))
+        checker.observe(TierCall((K1,), "B", Answer((True,), raises=True, lazy=True)))
+        checker.observe(DrainResults())
+
+
+def test_probing_for_a_cleaned_up_request_is_property_1_not_9() -> None:
+    """A key re-asked by another request, probed for the cleaned-up one, breaks property 1."""
+    violation = first_violation(
+        [Lookup(K0, "A", None), Cleanup("A"), Lookup(K0, "B", None), Flush(), TakeBatch(True),
+         TierCall((K0,), "A", FALSE)]
+    )
+    assert violation.number == 1
