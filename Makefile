@@ -17,6 +17,9 @@ install: $(BIN)/.installed
 fuzz: install
 	$(BIN)/asynclookup model-check --keys 1 --requests 2
 	$(BIN)/asynclookup model-check --keys 2 --requests 1
+	$(BIN)/asynclookup fuzz --mode stepped --examples 300
+	$(BIN)/asynclookup fuzz --mode threaded --examples 150
+	$(BIN)/asynclookup fuzz --tier fs --examples 60
 
 lint: install
 	$(BIN)/ruff check spec reference tests bench

@@ -4,7 +4,8 @@ Runs ``spec.model_check.check`` for a list of bounds (in a fresh process per
 run, so that peak memory is per run), each repeated, and prints a Markdown
 table with medians, for docs/benchmarks.md.  The "naive" row is the same
 search with every reduction and the memo off: the plain breadth-first search
-that the issue measured, run on the same machine, to calibrate the others.
+that the issue measured, run on the same machine, to calibrate the others; the
+"no-inert" rows are the reductions that broken variants get.
 
     .venv/bin/python bench/model_check.py                 # the default set
     .venv/bin/python bench/model_check.py --runs 3 2x2    # one configuration
@@ -27,8 +28,10 @@ CONFIGS: dict[str, list[str]] = {
     "1x2": ["--keys", "1", "--requests", "2"],
     "2x1": ["--keys", "2", "--requests", "1"],
     "1x2-naive": ["--keys", "1", "--requests", "2", "--naive"],
+    "1x2-no-inert": ["--keys", "1", "--requests", "2", "--no-inert"],
+    "2x1-no-inert": ["--keys", "2", "--requests", "1", "--no-inert"],
     "2x2": ["--keys", "2", "--requests", "2"],
-    "2x3-300s": ["--keys", "2", "--requests", "3", "--max-seconds", "300"],
+    "2x3-1M": ["--keys", "2", "--requests", "3", "--max-states", "1000000"],
 }
 
 _CHILD = """
@@ -36,9 +39,10 @@ import json, resource, sys, time
 from spec.model_check import Bounds, Reductions, check
 args = json.loads(sys.argv[1])
 naive = args.pop("naive", False)
+reductions = Reductions(inert_stale=not args.pop("no_inert", False))
 limits = {k: args.pop(k) for k in ("max_states", "max_seconds") if k in args}
 cpu = time.process_time()
-r = check(Bounds(**args), reductions=Reductions.none() if naive else Reductions(),
+r = check(Bounds(**args), reductions=Reductions.none() if naive else reductions,
           memoised=not naive, **limits)
 cpu = time.process_time() - cpu
 print(json.dumps({
@@ -56,6 +60,7 @@ def _child_args(flags: list[str]) -> dict[str, object]:
     parser.add_argument("--max-seconds", type=float)
     parser.add_argument("--max-states", type=int)
     parser.add_argument("--naive", action="store_true")
+    parser.add_argument("--no-inert", action="store_true")
     ns = parser.parse_args(flags)
     return {k: v for k, v in vars(ns).items() if v not in (None, False)}
 
@@ -75,9 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--runs", type=int, default=3, help="repetitions (medians reported)")
     args = parser.parse_args(argv)
-    print("| bounds | states | transitions | depth | fixpoint | holds | wall s | CPU s "
+    print("| bounds | runs | states | transitions | depth | fixpoint | holds | wall s | CPU s "
           "| states/s (CPU) | peak MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.configs:
         runs = [run_once(CONFIGS[name]) for _ in range(args.runs)]
         first = runs[0]
@@ -86,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             return statistics.median(r[key] for r in runs)
 
         print(
-            f"| {name} | {first['states']:,} | {first['transitions']:,} | {first['depth']} "
+            f"| {name} | {len(runs)} | {first['states']:,} | {first['transitions']:,} "
+            f"| {first['depth']} "
             f"| {bool(first['fixpoint'])} | {bool(first['holds'])} | {median('seconds'):.1f} "
             f"| {median('cpu'):.1f} | {median('states') / median('cpu'):,.0f} "
             f"| {median('peak_mb'):,.0f} |",

@@ -16,6 +16,15 @@ apart get the same encoding, so the reachable space is finite.
   counter that only grows.  Without it, stale generations are ranked too.
 - Symmetry: keys and requests are opaque names; the encoding is the least,
   over every permutation of keys (and of requests), of the renamed state.
+- Inert stale data (``inert_stale``, with ``collapse_stale``): the spec's
+  flush drops a stale batch entry whatever its key, request or place, and its
+  drain ignores a stale result whatever its verdict.  So every stale batch
+  entry becomes one placeholder, ``INERT_ENTRY``, kept after the live entries
+  (the batch bound still counts it), and every stale result's verdict becomes
+  False.  This is sound for a table that drops and ignores stale data as the
+  spec does; a table that does not is exactly what properties 1 and 2 catch,
+  and a broken apply would be hidden behind the placeholder, so the checker
+  leaves this reduction off for every table but the spec's own.
 - Results of different keys commute: applying one touches only its own key's
   probe, and ``post`` appends all answered results at once.  So with
   ``results_by_key`` the answered and the posted results are each sorted by
@@ -37,6 +46,7 @@ from typing import Any
 from spec.core import Entry, Probe, Result, State
 
 STALE = -1
+INERT_ENTRY = Entry(b"", "", STALE)  # every stale batch entry, under ``inert_stale``
 P_PROBES, P_INDEX, P_NEXT, P_BATCH, P_QUEUE, P_HELD, P_ANSWERED, P_POSTED = range(8)
 N_FIELDS = len(State._fields)
 GEN_FIELDS = frozenset((P_PROBES, P_NEXT, P_BATCH, P_QUEUE, P_HELD, P_ANSWERED, P_POSTED))
@@ -51,6 +61,7 @@ class Reductions:
     """Which sound reductions the search applies (all on by default)."""
 
     collapse_stale: bool = True
+    inert_stale: bool = True
     key_symmetry: bool = True
     request_symmetry: bool = True
     results_by_key: bool = True
@@ -58,12 +69,13 @@ class Reductions:
     @classmethod
     def none(cls) -> Reductions:
         """Generations renumbered by rank only: the unreduced search."""
-        return cls(False, False, False, False)
+        return cls(False, False, False, False, False)
 
     def names(self) -> list[str]:
         """The names of the reductions that are on, for reports."""
         flags = (
             ("stale-collapse", self.collapse_stale),
+            ("inert-stale", self.inert_stale and self.collapse_stale),
             ("key-symmetry", self.key_symmetry),
             ("request-symmetry", self.request_symmetry),
             ("results-by-key", self.results_by_key),
@@ -82,6 +94,7 @@ class Space:
     ) -> None:
         self.reductions = reductions
         self._collapse = reductions.collapse_stale
+        self._inert = reductions.collapse_stale and reductions.inert_stale
         key_perms = list(itertools.permutations(keys)) if reductions.key_symmetry else [keys]
         request_perms = (
             list(itertools.permutations(requests)) if reductions.request_symmetry else [requests]
@@ -228,8 +241,15 @@ class Space:
             return rank[value]
         if field == P_QUEUE:
             return tuple(entries(b) for b in value)
+        if field == P_BATCH and self._inert:
+            live_entries = tuple(e for e in entries(value) if e.generation != STALE)
+            return live_entries + (INERT_ENTRY,) * (len(value) - len(live_entries))
         if field in (P_BATCH, P_HELD):
             return entries(value)
+        if self._inert:
+            return tuple(
+                r if r.generation != STALE else r._replace(verdict=False) for r in results(value)
+            )
         return results(value)
 
     def _perm_results(self, value: Any, kp: dict[bytes, bytes], rp: dict[str, str]) -> Any:
@@ -267,7 +287,9 @@ def _perm_index(value: Any, kp: dict[bytes, bytes], rp: dict[str, str]) -> Any:
 
 
 def _perm_entries(value: Any, kp: dict[bytes, bytes], rp: dict[str, str]) -> Any:
-    return tuple(Entry(kp[e.key], rp[e.request], e.generation) for e in value)
+    return tuple(
+        Entry(kp[e.key], rp[e.request], e.generation) if e.key else INERT_ENTRY for e in value
+    )
 
 
 def _perm_queue(value: Any, kp: dict[bytes, bytes], rp: dict[str, str]) -> Any:

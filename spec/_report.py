@@ -34,7 +34,7 @@ from spec.core import (
 )
 from spec.model_check import CheckResult, TraceStep, Violation
 
-DOT_LIMIT = 2000  # states; beyond this a drawing is unreadable
+DOT_LIMIT = 1000  # states; beyond this a drawing is unreadable
 
 
 def key_name(key: bytes) -> str:

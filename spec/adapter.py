@@ -72,7 +72,7 @@ class Plan:
             return Answer(b + (True,) * (1 + size % 2))
         if kind == "junk" and n:
             i = size % n
-            return Answer(b[:i] + (JUNK[size % len(JUNK)],) + b[i + 1:])
+            return Answer((*b[:i], JUNK[size % len(JUNK)], *b[i + 1:]))
         if kind == "lazy":
             return Answer(b, lazy=True)
         if kind == "lazy_raise":
@@ -164,6 +164,10 @@ class OracleTier:
         """Forget plans no call used."""
         with self._lock:
             self._plans.clear()
+
+    def pending(self) -> bool:
+        """Threaded: whether a call is waiting for an answer right now."""
+        return not self._calls.empty()
 
     def next_call(self, timeout: float) -> _Pending | None:
         """Threaded: the oldest call waiting for an answer, or None after ``timeout``."""
@@ -356,6 +360,10 @@ def load_target(spec: str) -> TargetFactory:
     """
     if spec == "reference":
         spec = "reference.manager:AsyncLookupManager"
+    if spec.startswith("impl:"):  # a vLLM-shaped class (--impl): spec.vllm_adapter
+        vllm_adapter = importlib.import_module("spec.vllm_adapter")
+        impl: TargetFactory = vllm_adapter.impl_factory(spec.removeprefix("impl:"))
+        return impl
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ValueError(f"--target must be 'reference' or MODULE:ATTRIBUTE, got {spec!r}")

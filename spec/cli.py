@@ -23,8 +23,8 @@ from typing import Any, NoReturn
 from spec import _report
 from spec._canon import Reductions
 from spec.core import TRANSITIONS
-from spec.model_check import Bounds, CheckResult, check
 from spec.fuzz_cli import register as register_fuzz
+from spec.model_check import Bounds, CheckResult, check
 from spec.trace_report import register as register_check_trace
 from spec.variants import VARIANTS
 
@@ -47,6 +47,7 @@ class _Parser(argparse.ArgumentParser):
 
 _REDUCTION_FLAGS = {
     "stale": "collapse_stale",
+    "inert": "inert_stale",
     "keys": "key_symmetry",
     "requests": "request_symmetry",
     "results": "results_by_key",
@@ -87,6 +88,8 @@ def _reductions(text: str) -> Reductions:
     if text == "none":
         return Reductions.none()
     words = [w.strip() for w in text.split(",")]
+    if "inert" in words and "stale" not in words:
+        raise argparse.ArgumentTypeError("reduction 'inert' needs 'stale'")
     unknown = [w for w in words if w not in _REDUCTION_FLAGS]
     if unknown:
         raise argparse.ArgumentTypeError(
@@ -116,8 +119,9 @@ def register_model_check(subparsers: Subparsers) -> None:
                    help="the tier's verdict alphabet (default true,false)")
     p.add_argument("--variant", choices=sorted(VARIANTS),
                    help="check a broken variant of the spec instead of the spec")
-    p.add_argument("--reductions", type=_reductions, default=Reductions(),
-                   help="all (default), none, or a list of stale,keys,requests,results")
+    p.add_argument("--reductions", type=_reductions, default=None,
+                   help="all, none, or a list of stale,inert,keys,requests,results "
+                   "(default: all for the spec, all but inert for a variant)")
     p.add_argument("--max-states", type=_positive_int, metavar="N",
                    help="stop after N distinct states")
     p.add_argument("--max-seconds", type=_positive_float, metavar="S",

@@ -18,7 +18,9 @@ The name after ``BEGIN GENERATED:`` says what the block holds:
 - ``sequence SCENARIO`` and ``probe-states``: Mermaid diagrams drawn from runs
   of the spec (``spec.docgen_diagrams``);
 - ``files DIR``: a table of the files of DIR (a folder of the repository) with
-  the first line of each module's docstring, or each page's title.
+  the first line of each module's docstring, or each page's title;
+- ``oracle-seed``: the oracle's report of the seed bug, replayed in stepped
+  mode on ``tests/mutants_reference.py``.
 
 ``python -m spec.docgen`` rewrites every block of docs/*.md and README.md;
 ``--check`` rewrites nothing and exits 1 naming each stale block (the test
@@ -184,6 +186,28 @@ def _files_block(folder: str) -> str:
     return "\n".join(lines)
 
 
+# The seed bug as oracle calls, replayed (stepped, so deterministic) on the
+# reference with flush's re-validation taken out.
+ORACLE_TARGET = "tests.mutants_reference:FlushWithoutRevalidation"
+ORACLE_CALLS: tuple[tuple[str, tuple[object, ...]], ...] = (
+    ("lookup", (b"k0", "A")), ("cleanup", ("A",)), ("flush", ()),
+    ("take_batch", ()), ("probe_group", ()),
+)
+
+
+def _oracle_block() -> str:
+    """What ``asynclookup fuzz`` prints for the seed bug, from a deterministic replay."""
+    from spec.oracle_driver import format_counterexample
+    from spec.oracle_replay import replay
+
+    error = replay({"target": ORACLE_TARGET, "mode": "stepped"}, ORACLE_CALLS)
+    if error is None:
+        raise DocgenError(f"the oracle finds nothing wrong with {ORACLE_TARGET}")
+    header = f"VIOLATION ({error.violation.kind}), {len(error.calls)} calls:"
+    body = format_counterexample(error.violation, error.calls)
+    return f"```text\n{header}\n{body}\n```"
+
+
 def _mermaid(source: str) -> str:
     return f"```mermaid\n{source}\n```"
 
@@ -204,6 +228,8 @@ def render(name: str) -> str:
         return _mermaid(probe_states())
     if kind == "files" and arg:
         return _files_block(arg)
+    if kind == "oracle-seed" and not arg:
+        return _oracle_block()
     raise DocgenError(f"unknown generated block {name!r}")
 
 

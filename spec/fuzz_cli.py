@@ -66,6 +66,8 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--target", default="reference", metavar="MODULE:ATTR",
                    help="reference (default), or a manager class / adapter factory by path")
+    p.add_argument("--impl", metavar="MODULE:CLASS",
+                   help="a vLLM-shaped manager class (spec.vllm_adapter; implies threaded mode)")
     p.add_argument("--tier", choices=("memory", "fs", "redis"), default="memory",
                    help="where proper verdicts come from (default memory: the oracle's own)")
     p.add_argument("--mode", choices=("stepped", "threaded"), default="stepped",
@@ -74,8 +76,8 @@ def register(subparsers: Any) -> None:
                    help="what the tier may answer besides True/False (default all)")
     p.add_argument("--examples", type=_count, default=200, metavar="N",
                    help="Hypothesis examples to run (default 200)")
-    p.add_argument("--steps", type=_count, default=30, metavar="N",
-                   help="calls per example at most (default 30)")
+    p.add_argument("--steps", type=_count, default=50, metavar="N",
+                   help="rules per Hypothesis example at most (default 50)")
     p.add_argument("--seed", type=_seed, metavar="S", help="seed Hypothesis (reproducible runs)")
     p.add_argument("--db", metavar="PATH_OR_REDIS_URL",
                    help="share found counterexamples: a directory or a redis:// URL")
@@ -127,14 +129,21 @@ def run_fuzz(args: argparse.Namespace) -> int:
         print(json.dumps(_as_json(config, stats, seconds, error, replay)))
     else:
         print(_as_text(config, stats, seconds, error, replay))
+        if config.target.startswith("impl:"):  # --impl hook: say whether leaks are checked
+            from spec.vllm_adapter import describe_impl
+
+            print(describe_impl(config.target.removeprefix("impl:")))
     return EXIT_VIOLATION if error is not None else EXIT_CLEAN
 
 
 def _configure(args: argparse.Namespace) -> tuple[FuzzConfig, ExampleDatabase | None]:
+    if getattr(args, "impl", None):  # --impl hook: spec.vllm_adapter
+        args.target, args.mode = "impl:" + args.impl, "threaded"
     try:
         load_target(args.target)
     except ValueError as exc:
-        raise _BadArgument(f"--target: {exc}") from None
+        flag = "" if args.target.startswith("impl:") else "--target: "
+        raise _BadArgument(f"{flag}{exc}") from None
     redis_url = args.redis_url or os.environ.get("ASYNCLOOKUP_REDIS_URL") or DEFAULT_REDIS_URL
     if args.tier == "redis":
         _reachable(redis_url, "--tier redis")

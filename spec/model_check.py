@@ -16,9 +16,10 @@ function of the transition table passed in (``spec.core.TRANSITIONS`` or a
 broken variant from ``spec.variants``).  For speed, states are interned
 encodings (``spec._canon``), canonicalised by sound reductions, and every
 function is memoised by the fields it reads (``spec._memo``).  Traces are
-rebuilt at the end by replaying concrete steps from ``INITIAL``, so a
-counterexample is a real run of the table, shortest because the search is
-breadth-first and the reductions preserve distances.
+rebuilt at the end by replaying concrete steps from ``INITIAL``
+(``spec._counterexample``), so a counterexample is a real run of the table,
+shortest because the search is breadth-first and the reductions preserve
+distances.  The reductions default to ``default_reductions(table)``.
 
 What it does not do: print (see ``spec._report``), or check unbounded runs.
 """
@@ -30,9 +31,10 @@ import time
 from array import array
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from spec._canon import Ids, Reductions, Space
+from spec._counterexample import CRASH, PROGRESS, Replay, TraceStep, Violation
 from spec._memo import Memo, changed_fields
 from spec.core import (
     INITIAL,
@@ -43,26 +45,23 @@ from spec.core import (
     Lookup,
     MarkMiss,
     MarkPresent,
-    Output,
     Post,
     ProbeGroup,
     Shutdown,
     State,
     TakeBatch,
     Transition,
-    group_of,
 )
 from spec.core import TRANSITIONS as SPEC_TRANSITIONS
-from spec.properties import ALWAYS, SOMETIMES, Property, quiescent, violated
+from spec.properties import ALWAYS, SOMETIMES, quiescent
 
 __all__ = [
-    "Bounds", "CheckResult", "Reductions", "TraceStep", "Violation", "check",
+    "CRASH", "PROGRESS", "Bounds", "CheckResult", "Reductions", "TraceStep", "Violation",
+    "check", "default_reductions",
 ]
 
 Table = Mapping[type, Transition]
 ProgressFn = Callable[[int, int, float], None]
-CRASH = "action_raised"
-PROGRESS = "progress_quiescence_reachable"
 MAX_NAMES = 4
 
 
@@ -132,27 +131,6 @@ class Bounds:
         )
 
 
-class TraceStep(NamedTuple):
-    """One concrete step of a counterexample: the action, its output, the state after."""
-
-    action: Action
-    output: Output
-    state: State
-
-
-@dataclass(frozen=True)
-class Violation:
-    """A broken property and the shortest trace from INITIAL that breaks it."""
-
-    property: str
-    number: int  # PROTOCOL.md property number; 0 for an action that raised
-    doc: str
-    efficiency: bool
-    trace: tuple[TraceStep, ...]
-    then: tuple[TraceStep, ...] = ()  # what the worker does next, after a bad flush
-    also: tuple[str, ...] = ()  # other properties the last step breaks
-
-
 @dataclass
 class CheckResult:
     """What a search found: sizes, time, the first violation, the goals reached."""
@@ -187,10 +165,16 @@ FAMILIES: tuple[tuple[type, ...], ...] = (
     (ProbeGroup,),
     (Post,),
 )
-ALL_REDUCTIONS = Reductions()
+
+
+def default_reductions(table: Table) -> Reductions:
+    """Every reduction for the spec's own table; for any other table, all but
+    ``inert_stale``, whose soundness rests on the spec's handling of stale data."""
+    return Reductions() if table is SPEC_TRANSITIONS else Reductions(inert_stale=False)
+
+
 _STEP_PROPS = tuple(p for p in ALWAYS if p.step is not None)
 _STATE_PROPS = tuple(p for p in ALWAYS if p.state is not None)
-_BY_NAME: dict[str, Property] = {p.name: p for p in ALWAYS}
 
 # An outcome of one enabled action: (action number, changed (field, id) pairs,
 # names of the step properties it breaks).
@@ -201,14 +185,19 @@ def check(
     bounds: Bounds = Bounds(),
     table: Table = SPEC_TRANSITIONS,
     *,
-    reductions: Reductions = ALL_REDUCTIONS,
+    reductions: Reductions | None = None,
     memoised: bool = True,
     max_states: int | None = None,
     max_seconds: float | None = None,
     on_progress: ProgressFn | None = None,
     keep_graph: bool = False,
 ) -> CheckResult:
-    """Search every interleaving within ``bounds`` of the actions of ``table``."""
+    """Search every interleaving within ``bounds`` of the actions of ``table``.
+
+    ``reductions`` defaults to ``default_reductions(table)``.
+    """
+    if reductions is None:
+        reductions = default_reductions(table)
     return _Search(bounds, table, reductions, memoised, keep_graph).run(
         max_states, max_seconds, on_progress
     )
@@ -283,7 +272,7 @@ class _Search:
         graph: list[tuple[int, Action, int]] = []
         if self._admit(0, reached):
             return self._finish(started, reached)
-        i, level_end, depth, transitions = 0, 1, 0, 0
+        i, level_end, depth, transitions, reported = 0, 1, 0, 0, 0.0
         families, no_edge = self.families, self.no_edge
         keys, state_of, keep = self.keys, space.state_of, self.keep
         find, successor, base_of = index.get, space.successor, space.base
@@ -292,8 +281,9 @@ class _Search:
                 depth, level_end = depth + 1, len(keys)
             if i & 1023 == 0 and i:
                 elapsed = time.perf_counter() - started
-                if on_progress is not None and i & 16383 == 0:
+                if on_progress is not None and elapsed >= reported + 1.0:
                     on_progress(len(keys), depth, elapsed)
+                    reported = elapsed
                 if (max_states is not None and len(keys) >= max_states) or (
                     max_seconds is not None and elapsed >= max_seconds
                 ):
@@ -401,75 +391,20 @@ class _Search:
 
     # -- counterexamples -------------------------------------------------------------
 
-    def _path_to(self, j: int) -> list[tuple[int, int]]:
-        """(state index, action number) pairs leading from INITIAL to state ``j``."""
+    def _path_to(self, j: int) -> list[tuple[Ids, int]]:
+        """(state ids, action number) pairs leading from INITIAL to state ``j``."""
         path = []
         while self.parent[j] >= 0:
-            path.append((j, self.via[j]))
+            path.append((self.keys[j], self.via[j]))
             j = self.parent[j]
         return path[::-1]
 
     def _violation_at_step(self, i: int, number: int, target: Ids, name: str) -> None:
-        self._record(name, self._path_to(i), (number, target))
+        self._record(name, self._path_to(i), (target, number))
 
-    def _record(
-        self, name: str, path: list[tuple[int, int]], last: tuple[int, Ids] | None
-    ) -> None:
-        """Replay ``path`` (then the breaking step ``last``) concretely from INITIAL."""
-        trace: list[TraceStep] = []
-        state = INITIAL
-        for j, number in path:
-            step = self._concrete(state, number, self.keys[j], None)
-            trace.append(step)
-            state = step.state
-        if last is not None:
-            step = self._concrete(state, last[0], last[1], name)
-            trace.append(step)
-        then = _worker_continues(trace[-1].state, self.table) if trace and isinstance(
-            trace[-1].action, Flush
-        ) else ()
-        also: tuple[str, ...] = ()
-        if trace and not name.startswith(CRASH):
-            before = trace[-2].state if len(trace) > 1 else INITIAL
-            last_step = trace[-1]
-            broken = violated(before, last_step.action, last_step.state, last_step.output)
-            also = tuple(p.name for p in broken if p.name != name)
-        prop = _BY_NAME.get(name)
-        if prop is not None:
-            doc = " ".join((getattr(prop.state or prop.step, "__doc__", "") or "").split())
-            violation = Violation(name, prop.number, doc, prop.efficiency, tuple(trace), then, also)
-        elif name == PROGRESS:
-            doc = "From every reachable state a quiescent state is reachable (without shutdown)."
-            violation = Violation(name, 6, doc, False, tuple(trace), then)
-        else:
-            violation = Violation(CRASH, 0, name, False, tuple(trace), then)
-        self.result.violation = violation
-
-    def _concrete(self, state: State, number: int, target: Ids, broken: str | None) -> TraceStep:
-        """A step from ``state`` of the same kind as action ``number`` that reaches
-        ``target`` (up to the reductions) and, if ``broken``, breaks that property."""
-        kind = type(self.universe[number])
-        for action in self.universe:
-            if type(action) is not kind:
-                continue
-            transition = self.table[kind]
-            try:
-                if not transition.enabled(state, action):
-                    continue
-                after, output = transition.apply(state, action)
-            except Exception:
-                if broken is not None and broken.startswith(CRASH):
-                    return TraceStep(action, None, state)
-                continue
-            if not self.bounds.within(after) or self.space.canonical_of(after) != target:
-                continue
-            prop = _BY_NAME.get(broken or "")
-            if broken is None or (
-                prop is not None and prop.step is not None
-                and not prop.step(state, action, after, output)
-            ):
-                return TraceStep(action, output, after)
-        raise AssertionError(f"no concrete {kind.__name__} step replays the search")
+    def _record(self, name: str, path: list[tuple[Ids, int]], last: tuple[Ids, int] | None) -> None:
+        replay = Replay(self.bounds, self.table, self.universe, self.space.canonical_of)
+        self.result.violation = replay.violation(name, path, last)
 
 
 class _Lazy:
@@ -485,20 +420,3 @@ class _Lazy:
         if self.state is None:
             self.state = self.state_of(self.ids)
         return self.state
-
-
-def _worker_continues(state: State, table: Table, limit: int = 12) -> tuple[TraceStep, ...]:
-    """The worker's next steps (answers all True) until it is idle: what a bad flush leads to."""
-    steps: list[TraceStep] = []
-    for _ in range(limit):
-        group = group_of(state.held)
-        for action in (TakeBatch(), ProbeGroup((True,) * len(group)), Post()):
-            transition = table[type(action)]
-            if transition.enabled(state, action):
-                state, output = transition.apply(state, action)
-                steps.append(TraceStep(action, output, state))
-                break
-        else:
-            break
-    return tuple(steps)
-

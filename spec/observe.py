@@ -33,193 +33,74 @@ When the set becomes empty the observation is excluded by the spec: the
 checker returns a ``Violation`` naming the PROTOCOL.md property (chosen by
 ``spec.oracle_classify``) and the last states that were still possible.
 
+The observations themselves are in ``spec.observations`` (re-exported here).
 This module drives no implementation and knows no threads: adapters and the
 Hypothesis machine (``spec.oracle_machine``) build observations and feed them.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from spec import core
 from spec.core import INITIAL, Phase, State, Transition
+from spec.observations import (
+    CLOSED,
+    SCHEDULER_CALLS,
+    WORKER_STEPS,
+    Answer,
+    Cleanup,
+    DrainResults,
+    Flush,
+    Lookup,
+    MarkMiss,
+    MarkPresent,
+    Observation,
+    Post,
+    ProbeGroup,
+    Settled,
+    Shutdown,
+    Stalled,
+    TakeBatch,
+    TierCall,
+    WorkerDied,
+    verdict_candidates,
+)
 
-CLOSED = "closed"  # an adapter's name for the IUT's closed-manager error
+__all__ = [
+    "CLOSED",
+    "MAX_STATES",
+    "PROPERTY_NAMES",
+    "SCHEDULER_CALLS",
+    "WORKER_STEPS",
+    "Answer",
+    "Checker",
+    "Cleanup",
+    "DrainResults",
+    "Flush",
+    "Lookup",
+    "MarkMiss",
+    "MarkPresent",
+    "Observation",
+    "OracleLimitError",
+    "Post",
+    "ProbeGroup",
+    "Settled",
+    "Shutdown",
+    "Stalled",
+    "TakeBatch",
+    "TierCall",
+    "Violation",
+    "WorkerDied",
+    "verdict_candidates",
+]
+
 MAX_STATES = 10_000
 
 
 class OracleLimitError(RuntimeError):
     """The set of possible states outgrew its bound: the oracle cannot judge this run."""
-
-
-# -- what the oracle's tier answered ---------------------------------------------
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What the oracle's tier did on one call: the values it gave and how it ended.
-
-    ``lazy``: a generator rather than a list; ``raises``: raised, after yielding
-    ``values`` when lazy (a plain call that raises yields nothing).
-    """
-
-    values: tuple[object, ...] = ()
-    raises: bool = False
-    lazy: bool = False
-    slow: bool = False
-
-    def proper(self, n: int) -> bool:
-        """Whether this is a well-formed answer for ``n`` keys: n bools, no exception."""
-        return (
-            not self.raises and len(self.values) == n
-            and all(type(v) is bool for v in self.values)
-        )
-
-    def __str__(self) -> str:
-        shown = "[" + ", ".join(map(repr, self.values)) + "]"
-        if self.raises:
-            text = f"yielded {shown} then raised" if self.lazy else "raised"
-        else:
-            text = f"{'yielded' if self.lazy else 'answered'} {shown}"
-        return text + (" slowly" if self.slow else "")
-
-
-def verdict_candidates(answer: Answer, n: int) -> tuple[tuple[bool, ...], ...]:
-    """The verdict tuples a conforming worker may derive from ``answer`` for n keys.
-
-    A proper answer gives exactly its values.  Otherwise each key gets False, or
-    the bool the tier gave at its position when it gave one (lenient policy).
-    """
-    if answer.proper(n):
-        return (tuple(bool(v) for v in answer.values),)
-    options = [
-        (False, True)
-        if i < len(answer.values) and answer.values[i] is True
-        else (False,)
-        for i in range(n)
-    ]
-    return tuple(itertools.product(*options))
-
-
-# -- observations --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Lookup:
-    """``lookup(key, request)`` returned ``verdict`` (or raised ``error``)."""
-
-    key: bytes
-    request: str
-    verdict: bool | None
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class Flush:
-    """``flush()`` returned (or raised ``error``)."""
-
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class Cleanup:
-    """``cleanup(request)`` returned (or raised ``error``)."""
-
-    request: str
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class MarkMiss:
-    """``mark_miss(keys)`` returned (or raised ``error``)."""
-
-    keys: tuple[bytes, ...]
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class MarkPresent:
-    """``mark_present(keys)`` returned (or raised ``error``)."""
-
-    keys: tuple[bytes, ...]
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class DrainResults:
-    """``drain_results()`` returned (or raised ``error``)."""
-
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class Shutdown:
-    """``shutdown()`` returned (or raised ``error``)."""
-
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class TierCall:
-    """The IUT's worker called the tier with ``keys`` for ``request``; it got ``answer``."""
-
-    keys: tuple[bytes, ...]
-    request: str
-    answer: Answer
-
-
-@dataclass(frozen=True)
-class TakeBatch:
-    """Stepped mode: the worker step ``take_batch()`` returned ``took``."""
-
-    took: bool
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class ProbeGroup:
-    """Stepped mode: ``probe_group()`` returned ``probed`` (its tier call is a TierCall)."""
-
-    probed: bool
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class Post:
-    """Stepped mode: the worker step ``post()`` returned ``posted``."""
-
-    posted: bool
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class Settled:
-    """Threaded mode: with every owed tier call answered, the worker posted all it had."""
-
-
-@dataclass(frozen=True)
-class Stalled:
-    """Threaded mode: ``waiting_for`` ("tier call" or "post") did not happen within the bound."""
-
-    waiting_for: str
-    worker_alive: bool
-
-
-@dataclass(frozen=True)
-class WorkerDied:
-    """The IUT's worker is no longer running, before any shutdown."""
-
-    reason: str = ""
-
-
-Observation = (
-    Lookup | Flush | Cleanup | MarkMiss | MarkPresent | DrainResults | Shutdown
-    | TierCall | TakeBatch | ProbeGroup | Post | Settled | Stalled | WorkerDied
-)
-SCHEDULER_CALLS = (Lookup, Flush, Cleanup, MarkMiss, MarkPresent, DrainResults, Shutdown)
-WORKER_STEPS = (TakeBatch, ProbeGroup, Post)
 
 
 @dataclass(frozen=True)
@@ -299,6 +180,8 @@ class Checker:
         self.faulty: set[tuple[bytes, int]] = set()
         self.missed: set[tuple[bytes, int]] = set()
         self.flush_dropped = False  # the last flush dropped stale entries in some state
+        self.ever_dropped = False  # some flush did
+        self.stale: set[tuple[bytes, int]] = set()  # a probe that a stale result could hit
 
     @property
     def states(self) -> tuple[State, ...]:
@@ -335,8 +218,9 @@ class Checker:
             from spec.oracle_classify import classify
 
             number, detail = problem if problem is not None else classify(self, obs, before)
+            likeliest = sorted(before, key=before.__getitem__)  # efficient states first
             self.violation = Violation(
-                number, detail, len(self.history) - 1, obs, tuple(before)[:3]
+                number, detail, len(self.history) - 1, obs, tuple(likeliest[:3])
             )
             return self.violation
         if len(after) > self.max_states:
@@ -377,6 +261,8 @@ class Checker:
     def _advance(self, obs: Observation) -> dict[State, bool]:
         if self.stopped:  # a scheduler call raised the closed-manager error: no change
             return {} if isinstance(obs, TierCall) else dict(self._states)
+        if isinstance(obs, Lookup | Flush | DrainResults | Shutdown):
+            self._note_stale_results()
         if isinstance(obs, Lookup):
             return self._each(lambda s: self._lookups(s, obs))
         if isinstance(obs, Cleanup):
@@ -386,6 +272,7 @@ class Checker:
                 (p := core.probe_of(s, e.key)) is None or p.generation != e.generation
                 for s in self._states for e in s.batch
             )
+            self.ever_dropped = self.ever_dropped or self.flush_dropped
         if isinstance(obs, MarkMiss):
             for s in self._states:
                 for key in obs.keys:
@@ -412,10 +299,7 @@ class Checker:
                 return dict(self._states)  # its tier call was the observation before
             return {s: t for s, t in self._states.items() if not s.held}
         if isinstance(obs, Settled):
-            return {
-                s: t for s, t in self._states.items()
-                if not (s.queue or s.held or s.answered)
-            }
+            return {s: t for s, t in self._states.items() if not s.answered}
         if isinstance(obs, Stalled):
             if obs.waiting_for == "tier call" and self.owed_tier_calls() == 0:
                 return dict(self._states)
@@ -427,6 +311,14 @@ class Checker:
             MarkPresent: core.MarkPresent(getattr(obs, "keys", ())),
         }
         return self._each(self._stepper(simple[type(obs)]))
+
+    def _note_stale_results(self) -> None:
+        """Remember the probes that a posted stale result names by key (classification)."""
+        for s in self._states:
+            for r in s.posted:
+                p = core.probe_of(s, r.key)
+                if p is not None and p.generation != r.generation:
+                    self.stale.add((r.key, p.generation))
 
     def _stepper(self, action: core.Action) -> Successors:
         table = self.table

@@ -65,7 +65,7 @@ def classify(
             return 3, "post() posted although the worker had nothing answered"
         return 6, "post() posted nothing although the worker had answered results"
     if isinstance(obs, Settled):
-        return 6, "the worker reported idle although the spec still owes work"
+        return 6, "the worker says it posted everything, but the spec has unposted results"
     if isinstance(obs, Stalled):
         if not obs.worker_alive:
             return 7, f"the worker died: no {obs.waiting_for} came and its thread is gone"
@@ -73,7 +73,9 @@ def classify(
     if isinstance(obs, WorkerDied):
         return 7, f"the worker died before shutdown{': ' + obs.reason if obs.reason else ''}"
     if isinstance(obs, Shutdown):
-        return 6, "shutdown() returned although the batch in hand was not probed and posted"
+        return 6, "shutdown() returned although the batch in hand was not probed and posted" + (
+            _STALE_HINT if checker.ever_dropped else ""
+        )
     return 2, f"{type(obs).__name__} is not explained by any possible spec state"
 
 
@@ -84,6 +86,12 @@ def efficiency_detail(checker: Checker, obs: Observation, efficient: Mapping[Sta
         "only explained if cleanup deleted an orphaned IN_FLIGHT probe, so that the "
         f"key is probed a second time ({why})"
     )
+
+
+_STALE_HINT = (
+    "; a flush dropped stale entries earlier: one submitted anyway, probed in a live "
+    "entry's place, looks like this (property 1)"
+)
 
 
 def _verdicts(state: State, obs: Lookup) -> set[bool | None]:
@@ -106,10 +114,14 @@ def _lookup(checker: Checker, obs: Lookup, states: list[State]) -> tuple[int, st
     faulty = any((obs.key, p.generation) in checker.faulty for p in probes)
     if obs.verdict is None:
         note = " (its tier call was faulty)" if faulty else ""
+        note += _STALE_HINT if checker.ever_dropped and not faulty else ""
         return 6, f"{said}: a verdict the worker computed was not delivered{note}"
     if type(obs.verdict) is not bool:
         return 2, f"{said}: a verdict must be True, False or None"
     unresolved = [p for p in probes if p.phase is not Phase.RESOLVED]
+    stale = any((obs.key, p.generation) in checker.stale for p in probes)
+    if stale:
+        return 2, f"{said}: a stale result (of an older generation) was applied by key"
     if unresolved and None in allowed:
         if obs.verdict is False and any(
             (obs.key, p.generation) in checker.missed for p in unresolved

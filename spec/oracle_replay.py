@@ -12,8 +12,8 @@ the oracle's tier answers as recorded), so:
 - ``replay_file`` writes a standalone pytest file that replays the calls; it
   fails while the target breaks the property and passes on a conforming one.
 
-Threaded runs are not deterministic; their counterexamples are shrunk by
-Hypothesis and replay only as well as the interleaving repeats.
+Threaded runs are not deterministic: shrinking retries each candidate, and a
+threaded replay reproduces only as well as the interleaving repeats.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ def open_replay(
     target: str, *, mode: str = "stepped", tier: str = "memory", strict_efficiency: bool = False
 ) -> Driver:
     """A fresh driver for a replay (what replay files call)."""
-    return Driver.open(target, mode=mode, tier=tier, strict_efficiency=strict_efficiency)
+    return Driver.open(
+        target, mode=mode, tier=tier, strict_efficiency=strict_efficiency, patient=True
+    )
 
 
 def replay(config: dict[str, Any], steps: Sequence[Step]) -> ConformanceError | None:
@@ -53,27 +55,34 @@ def replay(config: dict[str, Any], steps: Sequence[Step]) -> ConformanceError | 
 
 
 def shrink(error: ConformanceError, budget: float = 20.0) -> ConformanceError:
-    """The shortest, simplest replay found within ``budget`` seconds breaking the same property."""
-    if error.config.get("mode", "stepped") != "stepped":
-        return error
+    """The shortest, simplest replay found within ``budget`` seconds breaking the same property.
+
+    Threaded replays depend on the worker thread's timing, so each candidate
+    gets three tries there.
+    """
     number = error.violation.number
+    tries = 1 if error.config.get("mode", "stepped") == "stepped" else 3
     deadline = time.monotonic() + budget
     best = error
 
     def attempt(steps: list[Step]) -> bool:
         nonlocal best
-        if time.monotonic() > deadline:
-            return False
-        found = replay(error.config, steps)
-        if found is None or found.violation.number != number:
-            return False
-        if _size(found) <= _size(best):
-            best = found
-        return True
+        for _ in range(tries):
+            if time.monotonic() > deadline:
+                return False
+            found = replay(error.config, steps)
+            if found is not None and found.violation.number == number:
+                if _size(found) <= _size(best):
+                    best = found
+                return True
+        return False
 
     changed = True
     while changed and time.monotonic() < deadline:
         changed = _delete_calls(_steps(best.calls), attempt)
+        changed = _merge_posts(_steps(best.calls), attempt) or changed
+        if not changed:
+            changed = _delete_pairs(_steps(best.calls), attempt)
         changed = _canonical_names(_steps(best.calls), attempt) or changed
         changed = _simplify_arguments(_steps(best.calls), attempt) or changed
     return best
@@ -104,6 +113,30 @@ def _delete_calls(steps: list[Step], attempt: Callable[[list[Step]], bool]) -> b
     return changed
 
 
+def _delete_pairs(steps: list[Step], attempt: Callable[[list[Step]], bool]) -> bool:
+    """Delete two calls that are not next to each other (a lookup and the worker
+    move that probes it, say), when no single deletion helps."""
+    for i in range(len(steps)):
+        for j in range(i + 2, len(steps)):
+            if attempt(steps[:i] + steps[i + 1:j] + steps[j + 1:]):
+                return True
+    return False
+
+
+def _merge_posts(steps: list[Step], attempt: Callable[[list[Step]], bool]) -> bool:
+    """Fold a later ``post()`` into an earlier held worker move (``post=True``)."""
+    for i, (method, args) in enumerate(steps):
+        if method != "probe_group" or len(args) != 2 or args[1]:
+            continue
+        for j in range(i + 1, len(steps)):
+            if steps[j][0] == "post":
+                merged = [*steps[:i], (method, (args[0], True)), *steps[i + 1:j], *steps[j + 1:]]
+                if attempt(merged):
+                    return True
+                break
+    return False
+
+
 def _canonical_names(steps: list[Step], attempt: Callable[[list[Step]], bool]) -> bool:
     """Rename keys and requests to k0, k1, ... and A, B, ... in order of first use."""
     keys: dict[bytes, bytes] = {}
@@ -128,7 +161,7 @@ def _simpler(value: Any) -> list[Any]:
         out = [Plan(), Plan(value.kind), Plan(value.kind, size=value.size)]
         for i, bit in enumerate(value.bits):
             if bit:
-                bits = value.bits[:i] + (False,) + value.bits[i + 1:]
+                bits = (*value.bits[:i], False, *value.bits[i + 1:])
                 out.append(Plan(value.kind, bits, value.size))
         if value.size:
             out.append(Plan(value.kind, value.bits, 0))
@@ -146,8 +179,8 @@ def _simplify_arguments(steps: list[Step], attempt: Callable[[list[Step]], bool]
         method, args = steps[i]
         for j, arg in enumerate(args):
             for simpler in _simpler(arg):
-                new_args = args[:j] + (simpler,) + args[j + 1:]
-                candidate = steps[:i] + [(method, new_args)] + steps[i + 1:]
+                new_args = (*args[:j], simpler, *args[j + 1:])
+                candidate = [*steps[:i], (method, new_args), *steps[i + 1:]]
                 if attempt(candidate):
                     steps, args, changed = candidate, new_args, True
                     break
@@ -167,8 +200,7 @@ from __future__ import annotations
 
 import os
 
-from spec.adapter import Plan
-from spec.oracle_replay import open_replay
+{plan_import}from spec.oracle_replay import open_replay
 
 TARGET = os.environ.get("ASYNCLOOKUP_REPLAY_TARGET", {target!r})
 
@@ -180,7 +212,6 @@ def test_replay() -> None:
 {body}
     finally:
         driver.close()
-    assert Plan  # the calls above may not need it
 '''
 
 
@@ -191,7 +222,10 @@ def replay_file(error: ConformanceError) -> str:
         for number, call in enumerate(error.calls, 1)
     )
     detail = error.violation.detail.replace('"""', "'''").replace("\\", "\\\\")
+    uses_plan = any(isinstance(a, Plan) or (isinstance(a, list) and any(
+        isinstance(p, Plan) for p in a)) for c in error.calls for a in c.args)
     return _TEMPLATE.format(
+        plan_import="from spec.adapter import Plan\n" if uses_plan else "",
         title=error.violation.title, detail=detail, body=body or "        pass",
         target=error.config.get("target", "reference"),
         mode=error.config.get("mode", "stepped"), tier=error.config.get("tier", "memory"),

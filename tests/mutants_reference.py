@@ -12,6 +12,7 @@ Only the oracle's tests use these; the reference itself is never edited.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 from reference.events import Observer
@@ -68,9 +69,9 @@ class CleanupDropsInFlight(AsyncLookupManager):
 class MarkMissOnPending(AsyncLookupManager):
     """mark_miss forces PENDING and IN_FLIGHT probes to a False verdict as well."""
 
-    def mark_miss(self, keys: object) -> None:
+    def mark_miss(self, keys: Iterable[bytes]) -> None:
         self._check_open("mark_miss")
-        for key in tuple(keys):  # type: ignore[call-overload]
+        for key in tuple(keys):
             probe = self._probes.get(key)
             if probe is not None:
                 probe.phase = RESOLVED

@@ -24,18 +24,38 @@ import importlib
 import inspect
 import os
 import pkgutil
+import random
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import pytest
+from crosshair import SymbolicFactory
 
 import spec
 import spec.core
-from spec.core import TRANSITIONS, WORKER_ACTIONS
+from spec.core import (
+    TRANSITIONS,
+    WORKER_ACTIONS,
+    Action,
+    Cleanup,
+    Drain,
+    Flush,
+    Lookup,
+    MarkMiss,
+    MarkPresent,
+    Post,
+    ProbeGroup,
+    Shutdown,
+    State,
+    TakeBatch,
+    enabled,
+    well_formed,
+)
+from tests.crosshair_bugs import small_scope
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = "tests/crosshair_bugs/plugin.py"
@@ -256,6 +276,35 @@ def test_contract_check_covers_every_action() -> None:
     functions = contracted_functions()
     for transition in TRANSITIONS.values():
         assert f"spec.core.{transition.apply.__name__}" in functions
+
+
+def sample_states(count: int) -> list[State]:
+    """States from the small-scope factory, its symbolic choices made by a seeded coin."""
+    coin = random.Random(0)
+
+    def choice(typ: object, name: str = "") -> bool:
+        return coin.random() < 0.5
+
+    factory = cast(SymbolicFactory, choice)
+    return [small_scope.state(factory) for _ in range(count)]
+
+
+def test_small_scope_states_are_mostly_well_formed() -> None:
+    """Most small-scope States meet the contracts' precondition, so few paths are wasted."""
+    states = sample_states(2000)
+    assert sum(map(well_formed, states)) > 0.6 * len(states)
+
+
+def test_small_scope_states_enable_every_action() -> None:
+    """Every action kind is enabled in some well-formed small-scope State."""
+    examples: tuple[Action, ...] = (
+        Lookup(b"a", "r"), Flush(), Cleanup("r"), MarkMiss((b"a",)), MarkPresent((b"a",)),
+        Drain(), Shutdown(), TakeBatch(), Post(),
+        *(ProbeGroup(answers) for answers in small_scope.ANSWERS),
+    )
+    states = [s for s in sample_states(2000) if well_formed(s)]
+    kinds = {type(a) for s in states for a in examples if enabled(s, a)}
+    assert kinds == set(TRANSITIONS)
 
 
 # -- broken actions are refuted ---------------------------------------------------

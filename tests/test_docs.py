@@ -126,6 +126,22 @@ def test_the_stale_result_of_property_2_comes_from_mark_present() -> None:
     assert "MarkPresent" in actions and "Cleanup" not in actions
 
 
+def test_the_oracle_report_in_the_index_is_the_one_its_prose_reads() -> None:
+    """index.md explains a 4-call property-1 report whose last possible state has no probe."""
+    report = docgen.render("oracle-seed")
+    assert "VIOLATION (safety), 4 calls:" in report
+    assert "\nproperty 1 (no cleaned-up entry is submitted): " in report
+    assert "    probes {} " in report
+
+
+def test_the_forced_mark_miss_of_property_3_hits_a_pending_probe() -> None:
+    """The prose of property 3 says its counterexample forces a PENDING probe by mark_miss."""
+    trace = docgen.counterexample("mark-miss-forces-resolved").trace
+    before = trace[-2].state if len(trace) > 1 else INITIAL
+    assert type(trace[-1].action).__name__ == "MarkMiss"
+    assert all(p.phase.name == "PENDING" for _, p in before.probes)
+
+
 # -- diagrams ------------------------------------------------------------------------
 
 

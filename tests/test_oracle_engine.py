@@ -252,7 +252,8 @@ def test_the_efficient_behaviour_raises_no_warning() -> None:
 def test_too_many_possible_states_raise_the_limit_error() -> None:
     """When the possible states outgrow the bound, the checker says it cannot judge."""
     checker = Checker(hidden_worker=True, max_states=2)
-    for obs in [Lookup(K0, "A", None), Lookup(K1, "B", None), Flush(), Flush()]:
+    start: list[Observation] = [Lookup(K0, "A", None), Lookup(K1, "B", None), Flush(), Flush()]
+    for obs in start:
         checker.observe(obs)
     with pytest.raises(OracleLimitError):
         checker.observe(TierCall((K0,), "A", Answer((True,), raises=True, lazy=True)))

@@ -237,9 +237,10 @@ def posted_between_flush_and_lookup(run: Run) -> None:
 
 
 def two_requests(run: Run) -> None:
-    """Two requests' keys in one batch."""
+    """Two requests' keys in one batch; r1 also joins r2's probe of K2."""
     run.lookup(K1, "r1")
     run.lookup(K2, "r2")
+    run.lookup(K2, "r1")
     run.manager.flush()
     run.settle(1)
 

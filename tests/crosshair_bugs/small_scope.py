@@ -1,19 +1,23 @@
-"""Small-scope symbolic States for CrossHair: two keys, two requests, shaped like the spec's.
+"""Small-scope States for CrossHair: two keys, two requests, shaped like the spec's.
 
 CrossHair left to itself builds a ``State`` from arbitrary symbolic tuples of
 bytes, strings and frozensets; almost none of them satisfy ``well_formed``, so
 its search dies in failed preconditions before it reaches an action's body.
-``register()`` tells CrossHair to build States (and the actions that name keys
-or requests) from a few symbolic choices instead: which of the keys ``b"a"``
-and ``b"b"`` have a probe, each probe's phase, generation and requesters, which
-request each entry was batched with, where each IN_FLIGHT entry sits in the
-worker pipeline, and optional extra batch entries and results that may be
-stale.  The index is derived from the requesters.  Generations and the counter
-stay symbolic; the contracts' ``pre: well_formed(state)`` still filters.
+``register()`` makes CrossHair build States, and the actions that name keys,
+requests or answers, from a few symbolic choices instead: whether ``b"b"`` has
+a probe (``b"a"`` always has one), each probe's phase, requesters and verdict,
+the request each entry was batched with, where each IN_FLIGHT entry sits in
+the worker pipeline, and optional extra entries and results that may be stale.
+Once the choices are made the State is concrete; the index is derived from the
+requesters, and the contracts' ``pre: well_formed(state)`` still filters.
+
+CrossHair leans to the False branch of a fresh decision, so each choice puts
+its richer option on that side (``b"b"`` has a probe unless ``no_probe_b``).
 
 This is a bound, not a proof: states with three keys, two entries of one key in
-one place, or batches in other orders are not built.  Used only through
-``plugin.py`` (``crosshair check --extra_plugin tests/crosshair_bugs/plugin.py``).
+one place, in-flight entries in other places, or larger batches are not built.
+Used only through ``plugin.py`` (``--extra_plugin tests/crosshair_bugs/plugin.py``)
+and by the tests of ``tests/test_crosshair.py``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,122 @@
+"""The oracle's tier and the reference adapter (spec.adapter).
+
+The tier must deliver exactly the fault each plan describes and record what it
+answered; threaded calls must block until the oracle answers; the adapter must
+load targets by path and recognise the reference's closed-manager error.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+
+from reference.tier import RequestContext
+from spec.adapter import OracleTier, Plan, ReferenceAdapter, TierFault, load_target
+from spec.observations import Answer
+
+KEYS = [b"k0", b"k1", b"k2"]
+CONTEXT = RequestContext("A")
+
+
+def consume(result: Iterable[Any]) -> list[Any]:
+    return list(result)
+
+
+def test_a_proper_plan_answers_its_bits() -> None:
+    """A proper plan answers one bool per key from its bits, padded with False."""
+    tier = OracleTier()
+    tier.queue_plans([Plan("proper", (True, False))])
+    assert consume(tier.batch_lookup(KEYS, CONTEXT)) == [True, False, False]
+
+
+def test_a_raise_plan_raises_at_the_call() -> None:
+    """A raise plan makes batch_lookup raise before returning anything."""
+    tier = OracleTier()
+    tier.queue_plans([Plan("raise")])
+    with pytest.raises(TierFault):
+        tier.batch_lookup(KEYS, CONTEXT)
+
+
+def test_a_lazy_raise_plan_yields_then_raises() -> None:
+    """A lazy_raise plan returns a generator that yields some values, then raises."""
+    tier = OracleTier()
+    tier.queue_plans([Plan("lazy_raise", (True, True, True), size=2)])
+    answer = iter(tier.batch_lookup(KEYS, CONTEXT))
+    assert [next(answer), next(answer)] == [True, True]
+    with pytest.raises(TierFault):
+        next(answer)
+
+
+def test_short_long_and_junk_plans_spoil_the_answer() -> None:
+    """short drops values, long adds some, junk puts a non-bool in one position."""
+    assert Plan("short", size=1).answer([True, True, True]).values == (True,)
+    assert len(Plan("long").answer([True, True]).values) == 3
+    assert Plan("junk", size=1).answer([True, True]).values == (True, 0)
+
+
+def test_the_tier_logs_what_it_answered() -> None:
+    """Every answered call is logged as a TierCall with the keys, request and answer."""
+    tier = OracleTier()
+    tier.queue_plans([Plan("proper", (True,))])
+    tier.batch_lookup(KEYS[:1], CONTEXT)
+    (call,) = tier.take_log()
+    assert (call.keys, call.request, call.answer) == ((b"k0",), "A", Answer((True,)))
+
+
+def test_a_real_inner_tier_gives_the_proper_verdicts() -> None:
+    """With a real tier inside, its contents decide the proper verdicts."""
+    from reference.tier import InMemoryTier
+
+    inner = InMemoryTier()
+    inner.store(b"k1")
+    tier = OracleTier(inner)
+    assert consume(tier.batch_lookup(KEYS, CONTEXT)) == [False, True, False]
+
+
+def test_a_threaded_call_waits_for_the_oracles_answer() -> None:
+    """In threaded mode a call blocks until the oracle answers it, with its plan."""
+    tier = OracleTier(threaded=True)
+    got: list[list[Any]] = []
+    worker = threading.Thread(target=lambda: got.append(consume(tier.batch_lookup(KEYS, CONTEXT))))
+    worker.start()
+    pending = tier.next_call(timeout=5.0)
+    assert pending is not None and not got
+    tier.answer(pending, Plan("proper", (False, True, False)))
+    worker.join(5.0)
+    assert got == [[False, True, False]]
+
+
+def test_auto_lets_no_call_block() -> None:
+    """After auto() every call is answered at once, one already waiting included."""
+    tier = OracleTier(threaded=True)
+    done = threading.Event()
+
+    def call() -> None:
+        tier.batch_lookup(KEYS, CONTEXT)
+        done.set()
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    tier.auto()
+    worker.join(5.0)
+    assert done.is_set()
+
+
+def test_load_target_rejects_a_malformed_name() -> None:
+    """A target that is not 'reference' or MODULE:ATTRIBUTE is a ValueError naming it."""
+    with pytest.raises(ValueError, match="MODULE:ATTRIBUTE"):
+        load_target("no-colon")
+
+
+def test_the_adapter_recognises_the_closed_manager_error() -> None:
+    """After shutdown the reference raises its closed-manager error, which the adapter names."""
+    from reference import AsyncLookupManager
+
+    adapter = ReferenceAdapter(AsyncLookupManager, OracleTier(), "stepped")
+    adapter.shutdown()
+    with pytest.raises(RuntimeError) as raised:
+        adapter.flush()
+    assert adapter.is_closed_error(raised.value)

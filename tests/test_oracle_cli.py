@@ -1,0 +1,99 @@
+"""``asynclookup fuzz``: exit codes, output, replay files and the shared example database."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spec.cli import main
+from tests.redis_server import RedisServer
+
+FLUSH = "tests.mutants_reference:FlushWithoutRevalidation"
+DRAIN = "tests.mutants_reference:DrainWithoutGenerationCheck"
+
+
+def fuzz(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run ``asynclookup fuzz`` in-process; the exit code, stdout and stderr."""
+    code = main(["fuzz", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def shared_failure(capsys: pytest.CaptureFixture[str], db: str) -> tuple[int, int]:
+    """Examples run by a first run that finds a failure and by a second run, other seed,
+    sharing the database ``db``; both must report the violation."""
+    counts = []
+    for seed in ("11", "99"):
+        code, out, _ = fuzz(capsys, "--target", DRAIN, "--seed", seed, "--examples", "3000",
+                            "--db", db, "--json")
+        assert code == 1
+        counts.append(json.loads(out)["examples"])
+    return counts[0], counts[1]
+
+
+def test_a_clean_run_exits_0_and_prints_the_rate(capsys: pytest.CaptureFixture[str]) -> None:
+    """No violation: exit 0, and the steps per second are printed."""
+    code, out, _ = fuzz(capsys, "--examples", "10", "--seed", "1")
+    assert code == 0 and "steps/s" in out and "no violation" in out
+
+
+def test_a_violation_exits_1_with_numbered_calls(capsys: pytest.CaptureFixture[str]) -> None:
+    """A violation: exit 1, the property and the counterexample as numbered calls."""
+    code, out, _ = fuzz(capsys, "--target", FLUSH, "--seed", "1", "--examples", "3000")
+    assert code == 1 and "property 1 (no cleaned-up entry is submitted)" in out
+    assert "  1. lookup(" in out
+
+
+def test_json_keeps_stdout_one_object(capsys: pytest.CaptureFixture[str]) -> None:
+    """--json prints exactly one JSON object with the result and the violated property."""
+    code, out, _ = fuzz(capsys, "--target", FLUSH, "--seed", "1", "--examples", "3000", "--json")
+    report = json.loads(out)
+    assert code == 1 and report["result"] == "violation"
+    assert report["violation"]["property"] == 1
+
+
+def test_replay_out_writes_a_pytest_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--replay-out writes a test module that replays the counterexample."""
+    path = tmp_path / "test_kill.py"
+    fuzz(capsys, "--target", FLUSH, "--seed", "1", "--examples", "3000", "--replay-out", str(path))
+    assert "def test_replay() -> None:" in path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--examples", "0"], "--examples"),
+        (["--mode", "parallel"], "--mode"),
+        (["--faults", "some"], "--faults"),
+        (["--target", "no.such.module:X"], "--target"),
+        (["--replay-out", "/no/such/dir/x.py"], "--replay-out"),
+        (["--db", "redis://127.0.0.1:1/0"], "--db"),
+        (["--tier", "redis", "--redis-url", "redis://127.0.0.1:1/0"], "--tier redis"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], args: list[str], says: str
+) -> None:
+    """Bad input exits 2 with one line on stderr naming the argument, no traceback."""
+    code, out, err = fuzz(capsys, *args)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and says in err
+
+
+def test_a_directory_database_shares_a_counterexample(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A second run with the same --db directory fails at once on the saved example
+    (28 examples to find it, then 2: the saved one and Hypothesis's final replay)."""
+    assert shared_failure(capsys, str(tmp_path / "examples")) == (28, 2)
+
+
+@pytest.mark.redis
+def test_a_redis_database_shares_a_counterexample(
+    capsys: pytest.CaptureFixture[str], redis_server: RedisServer
+) -> None:
+    """Two runs sharing a --db on a loopback redis-server: the second replays the failure."""
+    assert shared_failure(capsys, redis_server.url) == (28, 2)

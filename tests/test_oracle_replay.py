@@ -1,0 +1,84 @@
+"""Counterexamples replay, shrink and run as standalone pytest files (spec.oracle_replay).
+
+The replay file of a kill must fail under pytest on the variant and pass on the
+reference; shrinking must keep the property and never lengthen the example.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spec.adapter import Plan
+from spec.oracle_driver import ConformanceError, Driver
+from spec.oracle_replay import replay, replay_file, shrink
+
+ROOT = Path(__file__).resolve().parent.parent
+DRAIN = "tests.mutants_reference:DrainWithoutGenerationCheck"
+
+
+def long_drain_kill() -> ConformanceError:
+    """A DrainWithoutGenerationCheck kill padded with calls that do not matter."""
+    driver = Driver.open(DRAIN)
+    with pytest.raises(ConformanceError) as raised:
+        driver.lookup(b"k2", "C")
+        driver.cleanup("C")
+        driver.lookup(b"k1", "B")
+        driver.drain_results()
+        driver.flush()
+        driver.probe_group(Plan("junk", (True, True, False), 1), post=True)
+        driver.mark_present([b"k1"])
+        driver.mark_miss([b"k2"])
+        driver.lookup(b"k1", "B")
+    driver.close()
+    return raised.value
+
+
+def test_a_replay_reproduces_the_violation() -> None:
+    """Replaying the calls of a stepped counterexample breaks the same property again."""
+    error = long_drain_kill()
+    again = replay(error.config, [(c.method, c.args) for c in error.calls])
+    assert again is not None and again.violation.number == error.violation.number
+
+
+def test_shrinking_keeps_the_property_and_drops_calls() -> None:
+    """Shrinking removes the calls that do not matter and keeps property 2."""
+    error = long_drain_kill()
+    small = shrink(error, budget=10.0)
+    assert small.violation.number == 2 and len(small.calls) < len(error.calls)
+
+
+def test_shrinking_renames_keys_and_requests_canonically() -> None:
+    """The shrunk counterexample uses k0 and A first."""
+    small = shrink(long_drain_kill(), budget=10.0)
+    assert small.calls[0].args == (b"k0", "A")
+
+
+def run_pytest(path: Path, target: str | None) -> int:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("ASYNCLOOKUP_REPLAY_TARGET", None)
+    if target is not None:
+        env["ASYNCLOOKUP_REPLAY_TARGET"] = target
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    return done.returncode
+
+
+def test_the_replay_file_fails_on_the_variant(tmp_path: Path) -> None:
+    """The written replay file fails under pytest against the variant it was found on."""
+    path = tmp_path / "test_replay_drain.py"
+    path.write_text(replay_file(shrink(long_drain_kill(), budget=5.0)))
+    assert run_pytest(path, None) == 1
+
+
+def test_the_replay_file_passes_on_the_reference(tmp_path: Path) -> None:
+    """The same file passes when ASYNCLOOKUP_REPLAY_TARGET points it at the reference."""
+    path = tmp_path / "test_replay_drain.py"
+    path.write_text(replay_file(shrink(long_drain_kill(), budget=5.0)))
+    assert run_pytest(path, "reference") == 0
