@@ -6,6 +6,7 @@ Public names are re-exported here; the implementation lives in ``spec.core``
 
 from spec.core import (
     INITIAL,
+    TRANSITIONS,
     Action,
     Cleanup,
     Drain,
@@ -26,7 +27,6 @@ from spec.core import (
     TakeBatch,
     TierCall,
     Transition,
-    TRANSITIONS,
     enabled,
     step,
 )

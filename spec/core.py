@@ -85,7 +85,9 @@ class State(NamedTuple):
     """The whole protocol state: scheduler tables, worker pipeline, flags."""
 
     probes: tuple[tuple[Key, Probe], ...] = ()  # sorted by key
-    index: tuple[tuple[RequestId, frozenset[Key]], ...] = ()  # request -> keys
+    # request -> keys.  The name shadows tuple.index on purpose: it is the protocol's
+    # word, and State is never used as a sequence.
+    index: tuple[tuple[RequestId, frozenset[Key]], ...] = ()  # type: ignore[assignment]
     next_generation: Generation = 0
     batch: tuple[Entry, ...] = ()  # this step's entries, not yet flushed
     queue: tuple[tuple[Entry, ...], ...] = ()  # flushed batches, not yet taken
@@ -397,7 +399,7 @@ def lookup(state: State, action: Lookup) -> tuple[State, Verdict]:
     batch, next_generation = state.batch, state.next_generation
     if probe is None:
         probe = Probe(next_generation, Phase.PENDING, None, frozenset())
-        batch = batch + (Entry(key, request, next_generation),)
+        batch = (*batch, Entry(key, request, next_generation))
         next_generation += 1
     probe = probe._replace(requesters=probe.requesters | {request})
     state = state._replace(
@@ -440,7 +442,7 @@ def flush(state: State, action: Flush) -> tuple[State, FlushOutput]:
             continue
         submitted.append(entry)
         probes = _set_probe(probes, entry.key, probe._replace(phase=Phase.IN_FLIGHT))
-    queue = state.queue + (tuple(submitted),) if submitted else state.queue
+    queue = (*state.queue, tuple(submitted)) if submitted else state.queue
     state = state._replace(probes=probes, batch=(), queue=queue, drain_due=True)
     return state, FlushOutput(tuple(submitted), tuple(dropped))
 
@@ -620,7 +622,7 @@ def probe_group(state: State, action: ProbeGroup) -> tuple[State, TierCall]:
     """
     group = group_of(state.held)
     answers = action.answers if action.answers is not None else (False,) * len(group)
-    results = tuple(Result(e.key, e.generation, v) for e, v in zip(group, answers))
+    results = tuple(Result(e.key, e.generation, v) for e, v in zip(group, answers, strict=True))
     held = tuple(e for e in state.held if e.request != group[0].request)
     call = TierCall(tuple(e.key for e in group), group[0].request)
     return state._replace(held=held, answered=state.answered + results), call

@@ -178,8 +178,8 @@ def verdicts_come_from_own_generation(
         if not (overridden or landed):
             return False
     if isinstance(action, Lookup):
-        probe = probe_of(after, action.key)
-        return probe is not None and output == probe.verdict
+        looked_up = probe_of(after, action.key)
+        return looked_up is not None and output == looked_up.verdict
     return True
 
 

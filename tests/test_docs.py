@@ -195,15 +195,7 @@ def test_no_cleanup_deletes_an_in_flight_probe_in_the_state_diagram() -> None:
 # examples (a signature, or pseudo-code with names left undefined).  Each waits
 # for its page's owner to fence it as ```text; then its entry must go, because
 # test_pending_entries_still_name_failing_examples fails on it.
-PENDING_OWNER_FIX: dict[tuple[str, str], str] = {
-    ("tiers.md", "FilesystemTier(root, *, sync=True)"): "a signature",
-    ("tiers.md", 'RedisTier(url="redis://127.0.0.1:6379/0", *, prefix=b"asynclookup:block:",'):
-        "a signature",
-    ("tiers.md", "FaultyTier(inner, Faults(latency=(0.0, 0.001), raise_rate=0.05, ...), seed=0)"):
-        "a signature",
-    ("trace-format.md", "from reference.trace import record_trace"): "my_tier is undefined",
-    ("trace-format.md", "from reference.trace import record_vllm"): "serve is undefined",
-}
+PENDING_OWNER_FIX: dict[tuple[str, str], str] = {}
 
 
 def _pending(block: Block) -> bool:
