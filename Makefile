@@ -31,8 +31,13 @@ test: install
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory typecheck lint
 
+crosshair: install
+	$(BIN)/python -m pytest -q tests/test_crosshair.py
+
+# The quick benchmarks; docs/benchmarks.md gives every command and its figures.
 bench: install
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/manager.py
+	$(BIN)/python bench/tiers.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

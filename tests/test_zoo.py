@@ -47,16 +47,23 @@ FIRST_NAMED: dict[str, int] = {
     "MarkPresentKeepsGeneration": 1,
     # a reused generation lets a stale batch entry pass the flush: submitted (1)
     "GenerationFromTableSize": 1,
-    # classified 1 by spec.oracle_classify although 9 is the rule broken (a tier call
-    # for 'B' holding A's key): reported to the lead as a classification fix
-    "OneContextPerBatch": 1,
     # property 4 is not observable from outside; the leak check sees the index left
     # behind once every request is cleaned up (5)
     "CleanupKeepsIndex": 5,
 }
 
-# PROTOCOL.md lists this shipped bug under two properties (2, 3): either may come first
-ALSO_NAMED: dict[str, set[int]] = {"ResultsAppliedByKey": {3}}
+# Mutants whose bug PROTOCOL.md lists under two properties, or whose first visible
+# symptom is another property's: the oracle may legitimately name either.
+ALSO_NAMED: dict[str, set[int]] = {
+    # PROTOCOL.md: "results applied by key only" breaks properties 2 and 3
+    "ResultsAppliedByKey": {3},
+    # PROTOCOL.md: the dying worker breaks 7 and 6; a dead worker is seen either as
+    # its uncaught exception (7) or as a tier call that never comes (6), by timing
+    "LazyIterableKillsWorker": {6},
+    # the resurrected orphan is seen either by the leak check (5) or, from outside,
+    # as a later request receiving the deleted probe's verdict (2)
+    "OrphanResultResurrects": {2},
+}
 
 BASE = "from tests.zoo.vllm_shaped import VllmShapedManager\n"
 OUTSIDE = BASE + textwrap.dedent('''
