@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from spec import _report
+from spec._args import positive_float, positive_int
 from spec._canon import Reductions
 from spec.core import TRANSITIONS
 from spec.fuzz_cli import register as register_fuzz
@@ -52,26 +53,6 @@ _REDUCTION_FLAGS = {
     "requests": "request_symmetry",
     "results": "results_by_key",
 }
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
 
 
 def _verdicts(text: str) -> tuple[bool, ...]:
@@ -107,13 +88,13 @@ def register_model_check(subparsers: Subparsers) -> None:
         description="Breadth-first search over every interleaving of scheduler and worker "
         "actions within the bounds; every property checked in every state and step.",
     )
-    p.add_argument("--keys", type=_positive_int, default=1, help="block keys (default 1)")
-    p.add_argument("--requests", type=_positive_int, default=2, help="requests (default 2)")
-    p.add_argument("--batch-entries", type=_positive_int, default=2, metavar="N",
+    p.add_argument("--keys", type=positive_int, default=1, help="block keys (default 1)")
+    p.add_argument("--requests", type=positive_int, default=2, help="requests (default 2)")
+    p.add_argument("--batch-entries", type=positive_int, default=2, metavar="N",
                    help="entries in one step's batch (default 2)")
-    p.add_argument("--queued-batches", type=_positive_int, default=2, metavar="N",
+    p.add_argument("--queued-batches", type=positive_int, default=2, metavar="N",
                    help="batches submitted and not yet taken (default 2)")
-    p.add_argument("--posted-results", type=_positive_int, default=2, metavar="N",
+    p.add_argument("--posted-results", type=positive_int, default=2, metavar="N",
                    help="results posted and not yet applied (default 2)")
     p.add_argument("--verdicts", type=_verdicts, default=(True, False),
                    help="the tier's verdict alphabet (default true,false)")
@@ -122,9 +103,9 @@ def register_model_check(subparsers: Subparsers) -> None:
     p.add_argument("--reductions", type=_reductions, default=None,
                    help="all, none, or a list of stale,inert,keys,requests,results "
                    "(default: all for the spec, all but inert for a variant)")
-    p.add_argument("--max-states", type=_positive_int, metavar="N",
+    p.add_argument("--max-states", type=positive_int, metavar="N",
                    help="stop after N distinct states")
-    p.add_argument("--max-seconds", type=_positive_float, metavar="S",
+    p.add_argument("--max-seconds", type=positive_float, metavar="S",
                    help="stop after S seconds")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--dot", metavar="FILE",

@@ -25,6 +25,7 @@ from typing import Any
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
+from spec._args import integer, positive_int
 from spec.adapter import load_target
 from spec.observe import OracleLimitError, Violation
 from spec.oracle_driver import Call, ConformanceError, format_counterexample
@@ -37,23 +38,6 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 class _BadArgument(Exception):
     """One line saying which argument is wrong and why."""
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
 
 
 def register(subparsers: Any) -> None:
@@ -74,11 +58,11 @@ def register(subparsers: Any) -> None:
                    help="stepped: the oracle plays the worker; threaded: the IUT's thread")
     p.add_argument("--faults", choices=("none", "raise", "all"), default="all",
                    help="what the tier may answer besides True/False (default all)")
-    p.add_argument("--examples", type=_count, default=200, metavar="N",
+    p.add_argument("--examples", type=positive_int, default=200, metavar="N",
                    help="Hypothesis examples to run (default 200)")
-    p.add_argument("--steps", type=_count, default=50, metavar="N",
+    p.add_argument("--steps", type=positive_int, default=50, metavar="N",
                    help="rules per Hypothesis example at most (default 50)")
-    p.add_argument("--seed", type=_seed, metavar="S", help="seed Hypothesis (reproducible runs)")
+    p.add_argument("--seed", type=integer, metavar="S", help="seed Hypothesis (reproducible runs)")
     p.add_argument("--db", metavar="PATH_OR_REDIS_URL",
                    help="share found counterexamples: a directory or a redis:// URL")
     p.add_argument("--redis-url", metavar="URL",

@@ -121,16 +121,12 @@ class Violation:
     @property
     def kind(self) -> str:
         """``safety``, ``efficiency`` (property 8) or ``usage``."""
-        if self.number is None:
-            return "usage"
-        return "efficiency" if self.number == 8 else "safety"
+        return property_kind(self.number)
 
     @property
     def title(self) -> str:
         """E.g. ``property 1 (no cleaned-up entry is submitted)``."""
-        if self.number is None:
-            return "usage error (a call after shutdown)"
-        return f"property {self.number} ({PROPERTY_NAMES[self.number]})"
+        return property_title(self.number)
 
 
 PROPERTY_NAMES: Mapping[int, str] = {
@@ -144,6 +140,20 @@ PROPERTY_NAMES: Mapping[int, str] = {
     8: "no redundant probe",
     9: "right context",
 }
+
+
+def property_kind(number: int | None) -> str:
+    """``safety``, ``efficiency`` (property 8) or ``usage`` (None: a call after shutdown)."""
+    if number is None:
+        return "usage"
+    return "efficiency" if number == 8 else "safety"
+
+
+def property_title(number: int | None) -> str:
+    """E.g. ``property 1 (no cleaned-up entry is submitted)``."""
+    if number is None:
+        return "usage error (a call after shutdown)"
+    return f"property {number} ({PROPERTY_NAMES[number]})"
 
 
 # -- the checker -----------------------------------------------------------------

@@ -95,15 +95,11 @@ class Found:
 
     @property
     def kind(self) -> str:
-        if self.number is None:
-            return "usage"
-        return "efficiency" if self.number == 8 else "safety"
+        return observe.property_kind(self.number)
 
     @property
     def title(self) -> str:
-        if self.number is None:
-            return "usage error (a call after shutdown)"
-        return f"property {self.number} ({observe.PROPERTY_NAMES[self.number]})"
+        return observe.property_title(self.number)
 
     @property
     def explanation(self) -> str:
