@@ -2,7 +2,8 @@
 
 An implementation under test (IUT) is driven through a ``Target``: the seven
 scheduler calls, the three worker steps in stepped mode, and two questions
-(is the worker alive; wait until it has posted so many results).  The oracle
+(is the worker alive; wait until it has posted so many results); optionally,
+which calls it lacks and a snapshot of its tables for the leak check.  The oracle
 supplies the tier: ``OracleTier`` records every ``batch_lookup`` (keys,
 request context) and answers it as a ``Plan`` says: a proper answer or one of
 the faults of PROTOCOL.md (an exception, too few or too many results, a
@@ -22,10 +23,12 @@ it (``next_call`` / ``answer``), so the oracle chooses when each tier call ends;
 from __future__ import annotations
 
 import importlib
+import os
 import queue
+import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -230,7 +233,19 @@ class OracleTier:
 
 
 class Target(Protocol):
-    """What the oracle needs from an implementation under test."""
+    """What the oracle needs from an implementation under test.
+
+    Two optional members, read with ``supports_of`` and ``snapshot_of``:
+
+    - ``supports``: the names in ``OPTIONAL_CALLS`` the IUT has (default: all).
+      The oracle never generates a call an IUT lacks: ``mark_miss``,
+      ``mark_present``, or any call after ``shutdown()`` (``after_shutdown``:
+      the IUT raises its closed-manager error for them).
+    - ``snapshot()``: the IUT's tables by name (probe states, the request index,
+      the step's batch, posted results), each a sized collection.  When an
+      adapter offers it, the oracle checks property 5 (no leak) whenever no
+      possible spec state holds anything: every table must then be empty.
+    """
 
     mode: str  # "stepped" or "threaded"
 
@@ -266,6 +281,21 @@ class Target(Protocol):
 
 
 TargetFactory = Callable[[OracleTier, str], Target]
+OPTIONAL_CALLS = frozenset({"mark_miss", "mark_present", "after_shutdown"})
+
+
+def supports_of(target: Target) -> frozenset[str]:
+    """The optional calls ``target`` has (all of them unless it says otherwise)."""
+    return frozenset(getattr(target, "supports", OPTIONAL_CALLS)) & OPTIONAL_CALLS
+
+
+def snapshot_of(target: Target) -> Mapping[str, Sized] | None:
+    """``target``'s tables, or None when its adapter offers no snapshot."""
+    snapshot = getattr(target, "snapshot", None)
+    if snapshot is None:
+        return None
+    tables: Mapping[str, Sized] | None = snapshot()
+    return tables
 
 
 class _CountingDeque(deque[Any]):
@@ -351,6 +381,25 @@ class ReferenceAdapter:
     def is_closed_error(self, exc: BaseException) -> bool:
         return isinstance(exc, self._closed_error)
 
+    def snapshot(self) -> Mapping[str, Sized]:
+        """The manager's tables: probes, request index, the step's batch, posted results."""
+        m = self.manager
+        return {name: getattr(m, name) for name in ("_probes", "_index", "_batch", "_posted")}
+
+
+def import_user_module(name: str) -> Any:
+    """Import the user's module ``name``, from the current directory too.
+
+    The ``asynclookup`` script's own directory heads ``sys.path``, not the
+    directory it runs in; like ``python -m``, the oracle puts the current
+    directory first so that ``--impl mypkg.lookup:MyManager`` finds the user's
+    uninstalled code.
+    """
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+    return importlib.import_module(name)
+
 
 def load_target(spec: str) -> TargetFactory:
     """The target named ``reference`` or ``module:attribute``.
@@ -368,7 +417,7 @@ def load_target(spec: str) -> TargetFactory:
     if not module_name or not attribute:
         raise ValueError(f"--target must be 'reference' or MODULE:ATTRIBUTE, got {spec!r}")
     try:
-        found = getattr(importlib.import_module(module_name), attribute)
+        found = getattr(import_user_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"cannot load target {spec!r}: {exc}") from None
     if isinstance(found, type) and hasattr(found, "lookup") and hasattr(found, "flush"):

@@ -25,7 +25,8 @@ model checker and the tests can swap one action's function for a broken one.
 A disabled action raises ``ProtocolError``; nothing is silently ignored.
 
 Contracts (PEP 316, checked by CrossHair) say what each action guarantees; the
-named properties of PROTOCOL.md live in ``spec.properties``.
+predicates they read live in ``spec._contracts``, and the named properties of
+PROTOCOL.md in ``spec.properties``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,24 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeAlias
+
+# The PEP 316 contracts of the actions below read these predicates.  CrossHair
+# evaluates a contract in this module's globals, so they are imported here (and
+# re-exported: the tests and the copied actions of tests/crosshair_bugs use them).
+from spec._contracts import batched as batched
+from spec._contracts import changed as changed
+from spec._contracts import changes_only as changes_only
+from spec._contracts import generation_of as generation_of
+from spec._contracts import has_result as has_result
+from spec._contracts import idle as idle
+from spec._contracts import keeps_generation as keeps_generation
+from spec._contracts import new_results as new_results
+from spec._contracts import phase_of as phase_of
+from spec._contracts import removed as removed
+from spec._contracts import requesters_of as requesters_of
+from spec._contracts import verdict_of as verdict_of
+from spec._contracts import verdicts_from_results as verdicts_from_results
+from spec._contracts import well_formed as well_formed
 
 Key: TypeAlias = bytes
 RequestId: TypeAlias = str
@@ -148,109 +167,6 @@ def group_of(held: tuple[Entry, ...]) -> tuple[Entry, ...]:
         return ()
     request = held[0].request
     return tuple(e for e in held if e.request == request)
-
-
-# -- contract helpers (pure; read only by the PEP 316 contracts below) ---------
-
-
-def well_formed(state: State) -> bool:
-    """Every action needs and keeps this: sorted tables, no work left after
-    shutdown, and every state invariant of ``spec.properties``."""
-    from spec import properties  # here, not at the top: spec.properties imports spec.core
-
-    return (
-        tables_sorted(state)
-        and (not state.stopped or idle(state))
-        and properties.phases_match_pipeline_inv(state)
-        and properties.generations_unique_inv(state)
-        and properties.requesters_match_index_inv(state)
-        and properties.no_orphaned_probes_inv(state)
-    )
-
-
-def tables_sorted(state: State) -> bool:
-    """``probes`` and ``index`` are maps: strictly increasing keys, so no repeats."""
-    keys = [k for k, _ in state.probes]
-    requests = [r for r, _ in state.index]
-    return all(keys[i] < keys[i + 1] for i in range(len(keys) - 1)) and all(
-        requests[i] < requests[i + 1] for i in range(len(requests) - 1)
-    )
-
-
-def idle(state: State) -> bool:
-    """Nothing is batched, queued, held, answered or posted, and no drain is due."""
-    return not (
-        state.batch or state.queue or state.held or state.answered or state.posted
-        or state.drain_due
-    )
-
-
-def generation_of(state: State, key: Key) -> Generation | None:
-    """The generation of ``key``'s probe, or None when the key has no state."""
-    probe = probe_of(state, key)
-    return None if probe is None else probe.generation
-
-
-def phase_of(state: State, key: Key) -> Phase | None:
-    """The phase of ``key``'s probe, or None when the key has no state."""
-    probe = probe_of(state, key)
-    return None if probe is None else probe.phase
-
-
-def verdict_of(state: State, key: Key) -> Verdict:
-    """The verdict of ``key``'s probe, or None when the key has no state."""
-    probe = probe_of(state, key)
-    return None if probe is None else probe.verdict
-
-
-def requesters_of(state: State, key: Key) -> frozenset[RequestId]:
-    """The requesters of ``key``'s probe (empty when the key has no state)."""
-    probe = probe_of(state, key)
-    return frozenset() if probe is None else probe.requesters
-
-
-def has_result(state: State, key: Key, generation: Generation) -> bool:
-    """A result for this generation of ``key`` is posted."""
-    return any(r.key == key and r.generation == generation for r in state.posted)
-
-
-def keeps_generation(before: State, after: State, key: Key) -> bool:
-    """If ``key`` had a probe in ``before``, ``after`` has a probe of that generation."""
-    old = generation_of(before, key)
-    return old is None or generation_of(after, key) == old
-
-
-def changes_only(before: State, after: State, *fields: str) -> bool:
-    """``after`` equals ``before`` in every field of State not named in ``fields``."""
-    return after._replace(**{f: getattr(before, f) for f in fields}) == before
-
-
-def changed(before: State, after: State) -> tuple[tuple[Key, Probe], ...]:
-    """The probes of ``after`` that ``before`` does not hold as they are (new or updated)."""
-    return tuple((k, p) for k, p in after.probes if probe_of(before, k) != p)
-
-
-def removed(before: State, after: State) -> tuple[tuple[Key, Probe], ...]:
-    """The probes of ``before`` whose key has no state in ``after``."""
-    return tuple((k, p) for k, p in before.probes if probe_of(after, k) is None)
-
-
-def verdicts_from_results(before: State, after: State) -> bool:
-    """Every probe changed from ``before`` to ``after`` holds the verdict of a
-    result posted in ``before`` for its own generation."""
-    return all(
-        (k, p.generation, p.verdict) in before.posted for k, p in changed(before, after)
-    )
-
-
-def batched(before: State, after: State) -> tuple[Entry, ...]:
-    """The entries appended to the batch from ``before`` to ``after``."""
-    return after.batch[len(before.batch):]
-
-
-def new_results(before: State, after: State) -> tuple[Result, ...]:
-    """The results the worker answered from ``before`` to ``after``."""
-    return after.answered[len(before.answered):]
 
 
 # -- actions (data) ------------------------------------------------------------

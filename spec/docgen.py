@@ -10,8 +10,8 @@ Both markers start a line (a marker quoted inside a sentence is not one).
 The name after ``BEGIN GENERATED:`` says what the block holds:
 
 - ``counterexample VARIANT``: the model checker's shortest counterexample for a
-  broken variant of the spec (``spec.variants``, ``spec.docgen_variants``),
-  with the command that reproduces it;
+  broken variant of the spec (``spec.variants``), with the command that
+  reproduces it;
 - ``predicates N``: the predicates of ``spec.properties`` that state
   PROTOCOL.md property N, with their docstrings;
 - ``variants``: the table of every broken variant and what the checker finds;
@@ -44,7 +44,6 @@ from typing import NoReturn
 
 from spec import _report
 from spec.docgen_diagrams import SCENARIOS, probe_states, sequence
-from spec.docgen_variants import EXTRA_VARIANTS
 from spec.model_check import Bounds, CheckResult, Violation, check
 from spec.properties import ALWAYS
 from spec.variants import VARIANTS, Variant
@@ -74,8 +73,8 @@ class DocgenError(Exception):
 
 
 def all_variants() -> dict[str, Variant]:
-    """Every broken variant, shipped bugs first."""
-    return {**VARIANTS, **{k: v for k, v in EXTRA_VARIANTS.items() if k not in VARIANTS}}
+    """Every broken variant, shipped bugs first (the order of ``VARIANTS``)."""
+    return dict(VARIANTS)
 
 
 def variant_bounds(name: str) -> Bounds:
@@ -85,8 +84,6 @@ def variant_bounds(name: str) -> Bounds:
 
 def command(name: str) -> str:
     """The shell command that reproduces ``name``'s counterexample."""
-    if name not in VARIANTS:
-        return f'python -m spec.docgen --show "counterexample {name}"'
     bounds = variant_bounds(name)
     flags = "".join(
         f" --{flag} {getattr(bounds, flag)}"
@@ -114,10 +111,7 @@ def counterexample(name: str) -> Violation:
 
 
 def _counterexample_block(name: str) -> str:
-    shown = command(name)
-    if name in VARIANTS:
-        shown += "   # exit 1: a violation"
-    lines = ["```sh", shown, "```", "", "```text"]
+    lines = ["```sh", f"{command(name)}   # exit 1: a violation", "```", "", "```text"]
     lines += _report.violation_lines(counterexample(name))
     lines.append("```")
     return "\n".join(lines)
@@ -150,7 +144,7 @@ def _variants_block() -> str:
     ]
     for name, variant in all_variants().items():
         v = counterexample(name)
-        where = "`spec/variants.py`" if name in VARIANTS else "`spec/docgen_variants.py`"
+        where = "shipped" if variant.shipped else "ours"
         reported = f"{v.number} `{v.property}`" if v.number else f"`{v.property}`"
         breaks = ", ".join(map(str, variant.breaks))
         lines.append(

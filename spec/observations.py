@@ -5,6 +5,8 @@ the seven scheduler calls with what they returned (or the error they raised),
 the worker's tier calls with the oracle's ``Answer``, and in stepped mode the
 worker steps with what they returned.  Threaded mode adds ``Settled``,
 ``Stalled`` and ``WorkerDied``: what bounded waits for the worker found.
+``Leftover`` is the one look inside: what an adapter's snapshot of the IUT's
+tables held when the spec says they must be empty (property 5).
 
 ``verdict_candidates`` says which verdicts a conforming worker may derive from
 a tier answer.  This module only describes; ``spec.observe`` judges.
@@ -181,9 +183,20 @@ class WorkerDied:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class Leftover:
+    """The IUT's tables (an adapter's snapshot) hold entries: ``tables`` names them.
+
+    The oracle takes a snapshot only when no possible spec state holds a probe,
+    an index entry, a batch entry, a queued batch or an unapplied result.
+    """
+
+    tables: str
+
+
 Observation = (
     Lookup | Flush | Cleanup | MarkMiss | MarkPresent | DrainResults | Shutdown
-    | TierCall | TakeBatch | ProbeGroup | Post | Settled | Stalled | WorkerDied
+    | TierCall | TakeBatch | ProbeGroup | Post | Settled | Stalled | WorkerDied | Leftover
 )
 SCHEDULER_CALLS = (Lookup, Flush, Cleanup, MarkMiss, MarkPresent, DrainResults, Shutdown)
 WORKER_STEPS = (TakeBatch, ProbeGroup, Post)

@@ -53,6 +53,7 @@ from spec.observations import (
     Cleanup,
     DrainResults,
     Flush,
+    Leftover,
     Lookup,
     MarkMiss,
     MarkPresent,
@@ -79,6 +80,7 @@ __all__ = [
     "Cleanup",
     "DrainResults",
     "Flush",
+    "Leftover",
     "Lookup",
     "MarkMiss",
     "MarkPresent",
@@ -190,6 +192,7 @@ class Checker:
         self.faulty: set[tuple[bytes, int]] = set()
         self.missed: set[tuple[bytes, int]] = set()
         self.flush_dropped = False  # the last flush dropped stale entries in some state
+        self.dropped: set[tuple[bytes, str]] = set()  # (key, request) of those entries
         self.ever_dropped = False  # some flush did
         self.stale: set[tuple[bytes, int]] = set()  # a probe that a stale result could hit
 
@@ -205,6 +208,11 @@ class Checker:
     def owed_tier_calls(self) -> int:
         """Tier calls every possible state still owes (groups queued or held)."""
         return min(_groups_owed(s) for s in self._states)
+
+    def expects_empty(self) -> bool:
+        """Whether no possible state holds anything (property 5's quiescent point):
+        no probe, index entry, batch entry, queued or held batch, or unapplied result."""
+        return not self.stopped and not any(_holds_anything(s) for s in self._states)
 
     def may(self, action: core.Action) -> bool:
         """Whether ``action`` is enabled in some possible state (for preconditions)."""
@@ -255,17 +263,17 @@ class Checker:
     def _usage(self, obs: Observation) -> tuple[int | None, str] | None:
         """Errors and calls after shutdown, judged before any state is stepped."""
         error = getattr(obs, "error", None)
-        if isinstance(obs, Shutdown):
-            if error is not None:
-                return 7, f"shutdown() raised {error}"
+        if isinstance(obs, Shutdown) and error is None:
             return None
-        if self.stopped:
+        if self.stopped and not isinstance(obs, Shutdown):
             if isinstance(obs, SCHEDULER_CALLS) and error != CLOSED:
                 shown = "returned normally" if error is None else f"raised {error}"
                 return None, f"a call after shutdown() {shown} instead of the closed-manager error"
             return None
         if error is not None:
-            return 7, f"the IUT raised {error} although the spec's action is enabled"
+            from spec.oracle_classify import raised
+
+            return raised(self, obs, error)
         return None
 
     def _advance(self, obs: Observation) -> dict[State, bool]:
@@ -278,10 +286,11 @@ class Checker:
         if isinstance(obs, Cleanup):
             return self._cleanup(obs.request)
         if isinstance(obs, Flush):
-            self.flush_dropped = any(
-                (p := core.probe_of(s, e.key)) is None or p.generation != e.generation
-                for s in self._states for e in s.batch
-            )
+            self.dropped = {
+                (e.key, e.request) for s in self._states for e in s.batch
+                if (p := core.probe_of(s, e.key)) is None or p.generation != e.generation
+            }
+            self.flush_dropped = bool(self.dropped)
             self.ever_dropped = self.ever_dropped or self.flush_dropped
         if isinstance(obs, MarkMiss):
             for s in self._states:
@@ -316,6 +325,8 @@ class Checker:
             return {}
         if isinstance(obs, WorkerDied):
             return {}
+        if isinstance(obs, Leftover):
+            return {s: t for s, t in self._states.items() if _holds_anything(s)}
         simple: Mapping[type, core.Action] = {
             Flush: core.Flush(), DrainResults: core.Drain(),
             MarkPresent: core.MarkPresent(getattr(obs, "keys", ())),
@@ -421,6 +432,13 @@ class Checker:
             action = core.ProbeGroup(verdicts)
             if apply.enabled(start, action):
                 yield apply.apply(start, action)[0]
+
+
+def _holds_anything(state: State) -> bool:
+    return bool(
+        state.probes or state.index or state.batch or state.queue or state.held
+        or state.answered or state.posted
+    )
 
 
 def _groups_owed(state: State) -> int:

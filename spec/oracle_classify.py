@@ -13,7 +13,8 @@ it and says which rule the implementation broke, in the protocol's words:
   redundant probe (8); a key with no live submitted probe is a cleaned-up entry
   submitted (1); owed keys in the wrong grouping or context are right context (9);
 - a worker step the spec does not allow, a stall or a dead worker: progress (6),
-  exactly once (3) or survival (7).
+  exactly once (3) or survival (7);
+- tables left in the IUT where the spec holds nothing: no leak (5).
 
 It only reads states and observations; the choice is a diagnosis for the
 report, not part of the acceptance check.
@@ -27,6 +28,9 @@ from spec import core
 from spec.core import Phase, State
 from spec.observe import (
     Checker,
+    DrainResults,
+    Flush,
+    Leftover,
     Lookup,
     Observation,
     Post,
@@ -70,6 +74,11 @@ def classify(
         if not obs.worker_alive:
             return 7, f"the worker died: no {obs.waiting_for} came and its thread is gone"
         return 6, f"no {obs.waiting_for} came within the bound although the spec owes one"
+    if isinstance(obs, Leftover):
+        return 5, (
+            "with every request cleaned up and every result drained, the IUT still "
+            f"holds {obs.tables}"
+        )
     if isinstance(obs, WorkerDied):
         return 7, f"the worker died before shutdown{': ' + obs.reason if obs.reason else ''}"
     if isinstance(obs, Shutdown):
@@ -77,6 +86,30 @@ def classify(
             _STALE_HINT if checker.ever_dropped else ""
         )
     return 2, f"{type(obs).__name__} is not explained by any possible spec state"
+
+
+def raised(checker: Checker, obs: Observation, error: str) -> tuple[int, str]:
+    """An exception from a call the spec allows: survival (7), unless the call was
+    due to apply a result whose probe a mark_miss named while it was unresolved
+    (the shipped mark_miss bug's assertion): exactly once (3)."""
+    name = "shutdown()" if isinstance(obs, Shutdown) else "the IUT"
+    detail = f"{name} raised {error}" + (
+        "" if isinstance(obs, Shutdown) else " although the spec's action is enabled"
+    )
+    if isinstance(obs, Lookup | Flush | DrainResults | Shutdown):
+        for state in checker.states:
+            # what the call applies; shutdown also finishes the worker's pipeline
+            due = [(r.key, r.generation) for r in state.posted]
+            if isinstance(obs, Shutdown):
+                due += [(r.key, r.generation) for r in state.answered]
+                due += [(e.key, e.generation) for e in _owed(state)]
+            for key, generation in due:
+                if (key, generation) in checker.missed:
+                    return 3, (
+                        f"{detail}; it was to apply {key!r}'s result (g{generation}), "
+                        "whose probe mark_miss named while unresolved: a second verdict"
+                    )
+    return 7, detail
 
 
 def efficiency_detail(checker: Checker, obs: Observation, efficient: Mapping[State, bool]) -> str:
@@ -182,6 +215,11 @@ def _tier_call(checker: Checker, obs: TierCall, states: list[State]) -> tuple[in
                 return 1, (
                     f"{call}: {obs.request!r} no longer asks for {key!r} (cleaned up), "
                     "so its entry must have been dropped at the flush"
+                )
+            if (key, obs.request) in checker.dropped:
+                return 1, (
+                    f"{call}: {obs.request!r}'s entry for {key!r} was stale at the last "
+                    "flush (cleaned up or superseded), so it must have been dropped"
                 )
             return 9, (
                 f"{call}: {key!r} was batched for {mine[0].request!r}, "

@@ -23,13 +23,22 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from spec import core
-from spec.adapter import OracleTier, Plan, Target, TargetFactory, load_target
+from spec.adapter import (
+    OracleTier,
+    Plan,
+    Target,
+    TargetFactory,
+    load_target,
+    snapshot_of,
+    supports_of,
+)
 from spec.observe import (
     CLOSED,
     Checker,
     Cleanup,
     DrainResults,
     Flush,
+    Leftover,
     Lookup,
     MarkMiss,
     MarkPresent,
@@ -47,7 +56,8 @@ from spec.observe import (
 T = TypeVar("T")
 PROPER = Plan()  # a proper answer, all False
 WAIT_BOUND = 3.0  # seconds the oracle waits for a tier call or a post in threaded mode
-UNOWED_WAIT = 0.2  # seconds it waits for a tier call the spec does not owe
+UNOWED_WAIT = 0.05  # seconds a replay waits for a tier call the spec does not owe
+CATCH_UP_CALLS = 8  # tier calls one catch_up answers at most
 
 
 @dataclass
@@ -147,6 +157,8 @@ class Driver:
         self.owns_inner = False  # close() disposes of the real tier
         self.failed = False  # a ConformanceError was raised: nothing is checked after it
         self.target: Target = factory(self.tier, mode)
+        self.supports = supports_of(self.target)  # the optional calls it has
+        self.leak_check = snapshot_of(self.target) is not None
 
     @classmethod
     def open(
@@ -287,6 +299,15 @@ class Driver:
         self.tier.answer(pending, plan)
         self._record("answer the worker's tier call", ("answer", (plan,)), [])
 
+    def catch_up(self, plans: Sequence[Plan] = ()) -> None:
+        """Answer every tier call the spec owes (``plans`` in turn, then proper
+        answers), at most ``CATCH_UP_CALLS`` of them, then ``settle``."""
+        for n in range(CATCH_UP_CALLS):
+            if self.failed or self.checker.owed_tier_calls() == 0:
+                break
+            self.answer(plans[n] if n < len(plans) else PROPER)
+        self.settle()
+
     def settle(self) -> None:
         """Wait (bounded) until the worker has posted a result for every key it probed.
 
@@ -376,6 +397,17 @@ class Driver:
             seen.append(WorkerDied("its thread is gone"))
         if self.failed:
             return
+        self._feed(seen)
+        if self.leak_check and not self.failed and self.checker.expects_empty():
+            self._feed(self._leftovers())
+
+    def _leftovers(self) -> list[Observation]:
+        """A ``Leftover`` naming the IUT's non-empty tables, if any (property 5)."""
+        tables = snapshot_of(self.target) or {}
+        left = [f"{name}={_listed(table)}" for name, table in tables.items() if len(table)]
+        return [Leftover("; ".join(left))] if left else []
+
+    def _feed(self, seen: Sequence[Observation]) -> None:
         for obs in seen:
             violation = self.checker.observe(obs)
             if violation is None and self.strict_efficiency and self.checker.warnings:
@@ -390,6 +422,16 @@ class Driver:
                     self.checker.warnings.append(violation)
                 return
             raise ConformanceError(violation, self.calls, self.config)
+
+
+def _listed(table: object) -> str:
+    """A table as a dict or a list (its own repr may hide its items)."""
+    if isinstance(table, dict):
+        return repr(dict(table))
+    try:
+        return repr(list(table))  # type: ignore[call-overload]
+    except (TypeError, RuntimeError):  # not iterable, or changed while read
+        return repr(table)
 
 
 def _shown(value: object, error: str | None) -> str:

@@ -11,7 +11,8 @@ possible state.
 Stepped mode: the worker's moves (``take_batch`` + ``probe_group``, ``post``) are
 a rule, so Hypothesis chooses the interleaving.  Threaded mode: the IUT's own
 worker thread runs; the ``answer`` rule answers its next tier call (the call
-blocks until then) and ``settle`` waits, bounded, until it has posted.
+blocks until then), ``settle`` waits, bounded, until it has posted, and
+``catch_up`` does both until no tier call is owed.
 ``shutdown`` checks one call after it (it must raise the closed-manager error)
 and the example goes on with a fresh IUT.
 
@@ -42,7 +43,7 @@ from hypothesis.stateful import (
 )
 
 from spec import core
-from spec.adapter import FAULT_LEVELS, Plan, load_target
+from spec.adapter import FAULT_LEVELS, OPTIONAL_CALLS, Plan, load_target
 from spec.observe import Violation
 from spec.oracle_driver import Call, ConformanceError, Driver, dispose_inner_tier, make_inner_tier
 from spec.oracle_replay import shrink
@@ -180,16 +181,27 @@ def machine_class(
             self.flushes += 1
             return multiple()
 
+        @rule(lookups=st.lists(st.tuples(keys, requests), min_size=1, max_size=2))
+        def scheduler_step(self, lookups: list[tuple[bytes, str]]) -> None:
+            """A scheduler step as an engine makes one: lookups, then a flush (the calls
+            themselves, numbered one by one; it makes step after step, each
+            submitting a batch, likelier than single calls do)."""
+            for key, request in lookups:
+                self.lookup(key, request)
+            self.flush()
+
         @rule(request=requests)
         def cleanup(self, request: str) -> None:
             self._step()
             self.driver.cleanup(request)
 
+        @precondition(lambda m: "mark_miss" in m.driver.supports)
         @rule(keys=st.lists(keys, min_size=1, max_size=2, unique=True))
         def mark_miss(self, keys: list[bytes]) -> None:
             self._step()
             self.driver.mark_miss(keys)
 
+        @precondition(lambda m: "mark_present" in m.driver.supports)
         @rule(keys=st.lists(keys, min_size=1, max_size=2, unique=True))
         def mark_present(self, keys: list[bytes]) -> None:
             self._step()
@@ -204,8 +216,9 @@ def machine_class(
         @precondition(lambda m: m.rules_run >= SHUTDOWN_AFTER)
         @rule(answer=answers, then=st.sampled_from(AFTER_SHUTDOWN), key=keys, request=requests)
         def shutdown(self, answer: Plan, then: str, key: bytes, request: str) -> None:
-            """Shut down, make one call that must raise the closed-manager error, and go
-            on with a fresh IUT (a closed one has nothing more to show)."""
+            """Shut down, make one call that must raise the closed-manager error (when
+            the IUT defines that), and go on with a fresh IUT (a closed one has
+            nothing more to show)."""
             self._step()
             d = self.driver
             d.shutdown([answer])
@@ -218,7 +231,9 @@ def machine_class(
                 "drain_results": d.drain_results,
                 "shutdown": d.shutdown,
             }
-            after[then]()
+            generated = then in d.supports or then not in OPTIONAL_CALLS
+            if "after_shutdown" in d.supports and generated:
+                after[then]()
             self._collect()
             self.driver = self._new_driver()
 
@@ -261,6 +276,18 @@ def machine_class(
                 self._step()
                 self.driver.answer(answer)
                 self.answers += 1
+                return multiple()
+
+            @precondition(lambda m: m.flushes > 0)
+            @rule(target=listed_last, plans=st.lists(answers, min_size=1, max_size=3))
+            def catch_up(self, plans: list[Plan]) -> Any:
+                """Let the worker run until it waits on nothing: answer every tier call
+                owed (``plans`` in turn, then proper answers) and wait until it has
+                posted them all, so several batches are posted between two scheduler
+                calls (a slow scheduler step), which a drain must apply together."""
+                self._step()
+                self.driver.catch_up(plans)
+                self.answers = 0
                 return multiple()
 
             @precondition(lambda m: m.answers > 0)
@@ -335,7 +362,9 @@ def run(
     (Threaded replays are not deterministic; it retries each candidate.)
     """
     stats = stats if stats is not None else Stats()
-    logging.getLogger("reference").setLevel(logging.CRITICAL)  # tier warnings are expected
+    # the IUT's warnings about the oracle's faulty tier answers are expected
+    quiet = logging.root.manager.disable
+    logging.disable(logging.WARNING)
     inner = make_inner_tier(config.tier, config.redis_url)
     machine = machine_class(config, stats, inner)
     if seed is not None:
@@ -368,6 +397,7 @@ def run(
         raise error from None
     finally:
         dispose_inner_tier(inner, KEYS)
+        logging.disable(quiet)
     return stats
 
 

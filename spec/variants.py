@@ -1,15 +1,22 @@
-"""Broken variants of the spec: the bugs that real implementations shipped, as tables.
+"""Broken variants of the spec, as tables: the bugs that shipped, and three of ours.
 
 Each variant is ``spec.core.TRANSITIONS`` with one or more entries swapped for
-a broken action function, so that the model checker, the oracle and the
-CrossHair tests can show that they catch it.  A broken way of applying results
-(``apply_posted``) is not an entry of the table: it is built into every action
-that applies results (``lookup``, ``flush``, ``drain``, ``shutdown``) by
-applying the posted results the broken way first and then running the spec's
-own action, which then finds nothing left to apply.
+a broken action function, so that the model checker (``asynclookup model-check
+--variant NAME``), the oracle, the CrossHair tests and the docs can show that
+they catch it.  A broken way of applying results (``apply_posted``) is not an
+entry of the table: it is built into every action that applies results
+(``lookup``, ``flush``, ``drain``, ``shutdown``) by applying the posted results
+the broken way first and then running the spec's own action, which then finds
+nothing left to apply.
 
-What it does not do: change the spec, or model a tier's misbehaviour that the
-spec already absorbs (``ProbeGroup(None)`` is the spec's failed tier call).
+The shipped bugs break properties 1, 2, 3, 6, 7 and 8.  PROTOCOL.md names no
+shipped bug that breaks only property 4, 5 or 9, so three plausible mistakes of
+our own (``shipped=False``) cover them, and docs/properties.md shows a
+counterexample for every property.
+
+What it does not do: change the spec, claim that the three of ours shipped, or
+model a tier's misbehaviour that the spec already absorbs (``ProbeGroup(None)``
+is the spec's failed tier call).
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ class Variant:
     bug: str
     breaks: tuple[int, ...]  # PROTOCOL.md property numbers
     table: Mapping[type, Transition]
+    shipped: bool = True  # False: a plausible mistake of ours, for a property no bug breaks
 
 
 def _with_probe(state: State, key: Key, probe: Probe | None) -> tuple[tuple[Key, Probe], ...]:
@@ -192,6 +200,39 @@ def probe_group_zipping(state: State, action: ProbeGroup) -> tuple[State, TierCa
     return state._replace(held=held, answered=state.answered + results), call
 
 
+# -- three of ours: properties 4, 5, 9, which no shipped bug breaks on its own -
+
+
+def cleanup_keeping_requester(state: State, action: Cleanup) -> tuple[State, None]:
+    """Delete the probes only ``request`` asked for; leave it in shared probes."""
+    probes = state.probes
+    for key in sorted(keys_of(state, action.request)):
+        probe = probe_of(state, key)
+        if probe is not None and probe.requesters == {action.request}:
+            probes = tuple((k, p) for k, p in probes if k != key)
+    index = tuple((r, ks) for r, ks in state.index if r != action.request)
+    return state._replace(probes=probes, index=index), None
+
+
+def cleanup_keeping_orphans(state: State, action: Cleanup) -> tuple[State, None]:
+    """Forget ``request`` everywhere, but never delete a probe."""
+    probes = tuple(
+        (k, p._replace(requesters=p.requesters - {action.request})) for k, p in state.probes
+    )
+    index = tuple((r, ks) for r, ks in state.index if r != action.request)
+    return state._replace(probes=probes, index=index), None
+
+
+def probe_group_last_context(state: State, action: ProbeGroup) -> tuple[State, TierCall]:
+    """The spec's tier call, made with the context of the batch's last entry."""
+    group = group_of(state.held)
+    answers = action.answers if action.answers is not None else (False,) * len(group)
+    results = tuple(Result(e.key, e.generation, v) for e, v in zip(group, answers, strict=True))
+    held = tuple(e for e in state.held if e.request != group[0].request)
+    call = TierCall(tuple(e.key for e in group), state.held[-1].request)
+    return state._replace(held=held, answered=state.answered + results), call
+
+
 VARIANTS: Mapping[str, Variant] = MappingProxyType({
     v.name: v
     for v in (
@@ -239,6 +280,27 @@ VARIANTS: Mapping[str, Variant] = MappingProxyType({
             _swap(
                 ProbeGroup=Transition(probe_group_short_enabled, probe_group_zipping),
             ),
+        ),
+        Variant(
+            "cleanup-keeps-requester",
+            "cleanup drops the request from the index but not from shared probes",
+            (4,),
+            _swap(Cleanup=TRANSITIONS[Cleanup]._replace(apply=cleanup_keeping_requester)),
+            shipped=False,
+        ),
+        Variant(
+            "cleanup-keeps-orphans",
+            "cleanup never deletes a probe, so probes without requesters leak",
+            (5,),
+            _swap(Cleanup=TRANSITIONS[Cleanup]._replace(apply=cleanup_keeping_orphans)),
+            shipped=False,
+        ),
+        Variant(
+            "wrong-request-context",
+            "the tier is asked with the context of the batch's last request",
+            (9,),
+            _swap(ProbeGroup=TRANSITIONS[ProbeGroup]._replace(apply=probe_group_last_context)),
+            shipped=False,
         ),
     )
 })

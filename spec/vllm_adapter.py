@@ -12,16 +12,16 @@ drives, in threaded mode only.
 What it adds to the black box:
 
 - request contexts are objects with only a ``req_id`` attribute;
-- no call reaches the IUT after ``shutdown()``: the adapter answers it with its
-  own closed-manager error (a second ``shutdown()`` does nothing);
+- ``supports`` leaves out what the class lacks (``mark_miss``,
+  ``mark_present``) and calls after ``shutdown()`` (vLLM defines none), so the
+  oracle generates none of them; should one come (a replay), the adapter
+  answers it with its own closed-manager error and the IUT is not called;
 - an exception raised by an IUT method, or one that escapes the IUT's worker
   thread (seen through ``threading.excepthook``), is reported with the
   place it was raised, so the oracle names property 7 with the traceback;
-- the leak check (property 5): when the class has ``_lookup_state``,
-  ``_req_keys`` and ``_lookup_batch``, at every quiescent point (every request
-  cleaned up, no tier call waiting, every submitted batch posted, every posted
-  item drained, at the end of a ``flush`` or ``drain_results``) all three must
-  be empty; a leak raises ``LeakFound``.
+- a snapshot of the tables for the leak check (property 5): vLLM's own
+  ``_lookup_state``, ``_req_keys`` and ``_lookup_batch``, when the class has
+  all three (the oracle checks them whenever the spec holds nothing).
 
 It does not decide conformance: ``spec.observe`` does.  ``shape_problem``
 names what keeps a class from fitting (the CLI's one-line exit 2).
@@ -29,7 +29,6 @@ names what keeps a class from fitting (the CLI's one-line exit 2).
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import logging
 import sys
@@ -41,7 +40,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
-from spec.adapter import OracleTier, Target, TargetFactory
+from spec.adapter import OracleTier, Target, TargetFactory, import_user_module
 
 T = TypeVar("T")
 REQUIRED = ("batch_lookup", "lookup", "flush", "cleanup", "drain_results", "shutdown")
@@ -56,10 +55,6 @@ class ManagerClosed(RuntimeError):
 
 class IUTRaised(RuntimeError):
     """An IUT method (or its worker thread) raised; the message says where."""
-
-
-class LeakFound(RuntimeError):
-    """Property 5: IUT tables hold entries at a quiescent point."""
 
 
 @dataclass(frozen=True)
@@ -101,41 +96,26 @@ def _install_hook() -> None:
             threading.excepthook = _excepthook
 
 
-# -- counting the IUT's queues (for wait_posted and the leak check) ----------------
+# -- counting what the IUT's worker posts (for wait_posted) ---------------------------
 
 
 class _CountingQueue:
-    """Wraps a queue: counts items put (and their sizes) and items taken."""
+    """Wraps a queue: counts the results put (the sizes of the items) and wakes waiters."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
         self.changed = threading.Condition()
-        self.items_put = 0
         self.sizes_put = 0
-        self.items_taken = 0
 
     def put(self, item: Any, *args: Any, **kwargs: Any) -> None:
         self._inner.put(item, *args, **kwargs)
         with self.changed:
             if item is not None:
-                self.items_put += 1
                 self.sizes_put += len(item) if hasattr(item, "__len__") else 1
             self.changed.notify_all()
 
     def put_nowait(self, item: Any) -> None:
         self.put(item)
-
-    def get(self, *args: Any, **kwargs: Any) -> Any:
-        item = self._inner.get(*args, **kwargs)
-        with self.changed:
-            self.items_taken += item is not None
-        return item
-
-    def get_nowait(self) -> Any:
-        item = self._inner.get_nowait()
-        with self.changed:
-            self.items_taken += item is not None
-        return item
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -175,7 +155,7 @@ def load_impl(spec: str) -> type[Any]:
     if not module_name or not attribute:
         raise ValueError(f"--impl must be MODULE:CLASS, got {spec!r}")
     try:
-        module = importlib.import_module(module_name)
+        module = import_user_module(module_name)
     except Exception as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ValueError(f"--impl {spec}: cannot import {module_name}: {reason}") from None
@@ -208,6 +188,11 @@ def missing_optional(cls: type[Any]) -> tuple[str, ...]:
     return tuple(name for name in OPTIONAL if not callable(getattr(cls, name, None)))
 
 
+def supported_calls(cls: type[Any]) -> frozenset[str]:
+    """What the oracle may generate for ``cls``: its optional calls, none after shutdown."""
+    return frozenset(OPTIONAL) - set(missing_optional(cls))
+
+
 # -- the adapter ------------------------------------------------------------------------
 
 
@@ -219,12 +204,10 @@ class VllmAdapter:
             raise ValueError("a vLLM-shaped class runs its own worker: use threaded mode")
         self.mode = mode
         self.tier = tier
-        self.missing = missing_optional(cls)
-        self.leak_check = False  # decided once the manager exists
+        self.supports = supported_calls(cls)
         self.worker_crash: str | None = None
         self._reported_crash = False
         self._closed = False
-        self._live: set[str] = set()
 
         def batch_lookup(_self: Any, keys: Any, req_context: Any) -> Any:
             return tier.batch_lookup(list(keys), req_context)
@@ -236,24 +219,20 @@ class VllmAdapter:
         self.threads = [t for t in threading.enumerate() if t not in before]
         for thread in self.threads:
             _WATCHED[thread] = self
-        self.leak_check = all(hasattr(self.manager, t) for t in LEAK_TABLES)
-        self._submitted = _wrap_queue(self.manager, "_lookup_queue")
+        self._tables = all(hasattr(self.manager, t) for t in LEAK_TABLES)
         self._posted = _wrap_queue(self.manager, "_pending_results")
 
     # -- scheduler calls ---------------------------------------------------------
 
     def lookup(self, key: bytes, request: str) -> bool | None:
         verdict: bool | None = self._call(lambda: self.manager.lookup(key, ReqContext(request)))
-        self._live.add(request)
         return verdict
 
     def flush(self) -> None:
         self._call(self.manager.flush)
-        self._check_leaks("flush()", LEAK_TABLES)
 
     def cleanup(self, request: str) -> None:
         self._call(lambda: self.manager.cleanup(request))
-        self._live.discard(request)
 
     def mark_miss(self, keys: tuple[bytes, ...]) -> None:
         self._call(lambda: self.manager.mark_miss(list(keys)))
@@ -263,7 +242,6 @@ class VllmAdapter:
 
     def drain_results(self) -> None:
         self._call(self.manager.drain_results)
-        self._check_leaks("drain_results()", LEAK_TABLES[:2])  # the batch waits for a flush
 
     def shutdown(self) -> None:
         if self._closed:
@@ -330,30 +308,11 @@ class VllmAdapter:
         except Exception as exc:
             raise IUTRaised(_where(exc, sys.exc_info()[2])) from exc
 
-    def _quiescent(self) -> bool:
-        """Every request cleaned up, the worker idle, every posted item drained."""
-        if self._live or self._submitted is None or self._posted is None:
-            return False
-        if self.tier._calls.qsize():  # a tier call waits for the oracle
-            return False
-        with self._posted.changed:
-            posted_all = self._posted.items_put == self._submitted.items_put
-            drained = self._posted.items_taken == self._posted.items_put
-        return posted_all and drained
-
-    def _check_leaks(self, after: str, tables: tuple[str, ...]) -> None:
-        if not self.leak_check or not self._quiescent():
-            return
-        left = [
-            f"{name}={dict(table) if isinstance(table, dict) else list(table)!r}"
-            for name in tables
-            if (table := getattr(self.manager, name))
-        ]
-        if left:
-            raise LeakFound(
-                f"property 5 (no leak): after {after} with every request cleaned up and "
-                f"every result drained, the manager still holds {'; '.join(left)}"
-            )
+    def snapshot(self) -> dict[str, Any] | None:
+        """vLLM's tables, for the leak check; None when the class lacks one of them."""
+        if not self._tables:
+            return None
+        return {name: getattr(self.manager, name) for name in LEAK_TABLES}
 
 
 def leaking_tables_known(cls: type[Any]) -> bool:
@@ -367,19 +326,10 @@ def leaking_tables_known(cls: type[Any]) -> bool:
     return all(f"self.{name}" in source for name in LEAK_TABLES)
 
 
-def property_named(number: int | None, detail: str) -> int | None:
-    """The property a violation names, counting the adapter's leak report as 5."""
-    if "LeakFound" in detail or "property 5 (no leak)" in detail:
-        return 5
-    return number
-
-
-
 def describe_impl(spec: str) -> str:
     """One line for the CLI: whether the leak check and the optional calls are on."""
     cls = load_impl(spec)
     leaks = ("on" if leaking_tables_known(cls) else
              "OFF (the class has no _lookup_state, _req_keys, _lookup_batch)")
-    missing = missing_optional(cls)
-    extra = f"; not generated: {', '.join(missing)}" if missing else ""
-    return f"leak check (property 5): {leaks}{extra}"
+    skipped = [*missing_optional(cls), "calls after shutdown()"]
+    return f"leak check (property 5): {leaks}; not generated: {', '.join(skipped)}"

@@ -2,6 +2,10 @@
 
 The rules (docs/index.md, "Examples are tested", says them to writers):
 
+- A block whose info string names a file (```` ```python file=my_lookup.py ````)
+  is written to that file in the working directory instead of being run, so
+  that later examples can import it (``--impl my_lookup:MyManager``); the
+  module is forgotten when the file is done.
 - A ```` ```python ```` block runs.  All the python blocks of one file share one
   namespace and run in file order, so a walkthrough can build on its earlier
   blocks; each file starts from a fresh namespace, with a fresh temporary
@@ -29,6 +33,7 @@ import io
 import os
 import re
 import shlex
+import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -51,6 +56,7 @@ class Block:
     line: int
     lang: str
     text: str
+    file: str | None = None  # ``file=NAME`` in the info string: written there, not run
 
     @property
     def where(self) -> str:
@@ -75,15 +81,22 @@ def blocks(path: Path) -> list[Block]:
             i += 1
         if i == len(lines):
             raise ExampleError(f"{path}:{start + 1}: code fence is never closed")
-        lang = (m["info"].split() or [""])[0].lower()
-        found.append(Block(path, start + 1, lang, "\n".join(body) + "\n"))
+        words = m["info"].split()
+        lang = (words or [""])[0].lower()
+        named = [w.removeprefix("file=") for w in words[1:] if w.startswith("file=")]
+        if named and ("/" in named[0] or not named[0]):
+            raise ExampleError(f"{path}:{start + 1}: file= needs a plain file name")
+        text = "\n".join(body) + "\n"
+        found.append(Block(path, start + 1, lang, text, named[0] if named else None))
         i += 1
     return found
 
 
 def runnable(block: Block) -> bool:
-    """Whether the runner executes ``block`` at all."""
-    return block.lang == "python" or (block.lang in SHELL and bool(list(commands(block))))
+    """Whether the runner executes (or writes) ``block`` at all."""
+    if block.file is not None or block.lang == "python":
+        return True
+    return block.lang in SHELL and bool(list(commands(block)))
 
 
 # -- python --------------------------------------------------------------------------
@@ -179,13 +192,20 @@ def run_file(path: Path, workdir: Path, skip: Callable[[Block], bool] | None = N
     namespace: dict[str, object] = {"__name__": f"docs_example_{path.stem}"}
     ran = 0
     previous = Path.cwd()
+    saved_path = list(sys.path)
+    written: list[str] = []
     workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)
+    sys.path.insert(0, str(workdir.resolve()))  # as `python` run there would have it
     try:
         for block in blocks(path):
             if skip is not None and skip(block):
                 continue
-            if block.lang == "python":
+            if block.file is not None:
+                (workdir / block.file).write_text(block.text, encoding="utf-8")
+                written.append(Path(block.file).stem)
+                sys.modules.pop(written[-1], None)
+            elif block.lang == "python":
                 run_python(block, namespace)
             elif block.lang in SHELL:
                 run_shell(block)
@@ -194,4 +214,7 @@ def run_file(path: Path, workdir: Path, skip: Callable[[Block], bool] | None = N
             ran += runnable(block)
     finally:
         os.chdir(previous)
+        sys.path[:] = saved_path
+        for name in written:
+            sys.modules.pop(name, None)
     return ran

@@ -1,19 +1,30 @@
 """Checkers over the reference's observation events, reusable by any test.
 
-``check_events`` replays a recorded trace through the spec (``spec.core``): each
-event becomes the spec action of the same name, the reference's outputs (a
-lookup's verdict, a flush's submitted and dropped entries, the batch the worker
-took, each tier call's keys and context, the posted results, and which results
-were applied, stale or orphaned) must equal the spec's, and every ``ALWAYS``
-property of ``spec.properties`` must hold after every step.  The manager makes
-the observer's call order a valid interleaving (see ``reference.events``), so a
-trace of a correct run replays without a single mismatch.
+``TraceCheck`` replays a recorded trace through the spec (``spec.core``), one
+event at a time: each event becomes the spec action of the same name, and the
+reference's outputs (a lookup's verdict, a flush's submitted and dropped
+entries, the batch the worker took, each tier call's keys and context, the
+posted results, and which results were applied, stale or orphaned) must equal
+the spec's.  Every ``ALWAYS`` property of ``spec.properties`` is evaluated on
+every step, step properties with the *reference's* output, so a reference that
+disagrees with the spec is also reported by the property it breaks.  Without
+the spec it checks that each generation is submitted at most once and receives
+at most one verdict, that every key the tier saw was submitted by a flush, and
+that the events nest as the manager emits them.  The manager makes the
+observer's call order a valid interleaving (see ``reference.events``), so a
+trace of a correct run replays without a single complaint.
 
 How results are matched: ``flush``, ``drain`` and ``shutdown`` emit one
 ``result_*`` event per posted result just before their own event; a ``lookup``
-emits its results between ``lookup_called`` and ``lookup_returned``.  The replay
-computes, from the spec state, the list of results the action must apply, and
-matches the events against it in order.
+emits its results between ``lookup_called`` and ``lookup_returned``.  At each
+scheduler action the replay computes, from the spec state, the results the
+action must apply, and compares the result events with them in order.
+
+Three ways in: ``check_trace`` gives every complaint (each names the
+PROTOCOL.md property it breaks); ``check_events`` gives the first only, since
+the states diverge after it; a ``TraceCheck`` fed as a run goes
+(``catch_up``) lets a stepped test compare the whole state after every step,
+with ``as_spec_state`` laying a reference snapshot out as a spec State.
 
 ``check_tier_answers`` joins the worker's ``tier_call_finished`` events with a
 ``FaultyTier``'s call records: the verdicts the worker derived must be what
@@ -25,22 +36,21 @@ probe was in flight, or False for a failed call, or a mark_miss/mark_present
 override.
 
 These functions only read events; ``Watcher`` (an observer) and ``History``
-collect what they read.  Each returns a list of violations (empty: conformant);
-the replay stops at its first mismatch, since the states diverge after it.
+collect what they read.  Each returns a list of complaints (empty: conformant).
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 from reference.events import Event
 from reference.faulty import CallRecord
+from reference.manager import Snapshot
 from spec import core
-from spec.properties import SOMETIMES, violated
+from spec.properties import ALWAYS, SOMETIMES
 
 Expected = tuple[str, bytes, int, bool | None]  # result kind, key, generation, verdict
 
@@ -115,142 +125,6 @@ def _seq(value: object) -> Sequence[Any]:
     return value
 
 
-def expected_results(state: core.State) -> list[Expected]:
-    """The result events that applying ``state.posted`` must emit, in order."""
-    out: list[Expected] = []
-    for result in state.posted:
-        probe = core.probe_of(state, result.key)
-        if probe is None or probe.generation != result.generation:
-            out.append(("result_stale", result.key, result.generation, None))
-        elif not probe.requesters:
-            out.append(("result_orphaned", result.key, result.generation, None))
-        else:
-            out.append(("result_applied", result.key, result.generation, result.verdict))
-        state = core.apply_posted(state._replace(posted=(result,)))
-    return out
-
-
-class _Mismatch(Exception):
-    """The trace left the spec: the message says where and how."""
-
-
-class _Replay:
-    """The spec state of a trace, advanced one event at a time."""
-
-    def __init__(self) -> None:
-        self.state = core.INITIAL
-        self.owed: deque[Expected] = deque()  # results the current action must still emit
-        self.early: list[Expected] = []  # results seen before their flush event
-        self.lookup: tuple[bytes, str] | None = None  # an open lookup_called
-
-    def step(self, action: core.Action) -> core.Output:
-        before = self.state
-        try:
-            after, output = core.step(before, action)
-        except core.ProtocolError as exc:
-            raise _Mismatch(f"the spec does not allow {action!r} here: {exc}") from None
-        broken = violated(before, action, after, output)
-        if broken:
-            names = ", ".join(f"{p.name} (property {p.number})" for p in broken)
-            raise _Mismatch(f"{action!r} breaks {names}")
-        self.state = after
-        return output
-
-    def settle(self, kind: str) -> None:
-        """A scheduler action begins: the previous one must have emitted all it owed."""
-        if self.owed:
-            raise _Mismatch(f"{kind} came before the results still owed: {list(self.owed)}")
-        if self.early and kind not in ("flush", "drain", "shutdown"):
-            raise _Mismatch(f"results applied outside a drain point: {self.early}")
-        if self.lookup is not None and kind != "lookup_returned":
-            raise _Mismatch(f"{kind} inside an unfinished lookup {self.lookup}")
-
-    def result(self, event: Event) -> None:
-        f = event.fields
-        got: Expected = (event.kind, _b(f["key"]), _i(f["generation"]), _v(f.get("verdict")))
-        if self.owed:
-            want = self.owed.popleft()
-            if got != want:
-                raise _Mismatch(f"lookup applied {got}, the spec applies {want}")
-        elif self.lookup is not None:
-            raise _Mismatch("a lookup applied results though no flush came since the last drain")
-        else:
-            self.early.append(got)
-
-    def applied_before(self, kind: str) -> None:
-        """flush, drain and shutdown emit their results first: they must be all posted ones."""
-        early, self.early = self.early, []
-        want = expected_results(self.state)
-        if early != want:
-            raise _Mismatch(f"{kind} applied {early}, the spec applies {want}")
-
-    def handle(self, event: Event) -> None:
-        kind, f = event.kind, event.fields
-        if kind.startswith("result_"):
-            self.result(event)
-        elif kind in ("take_batch", "tier_call_started", "tier_call_finished", "post"):
-            self.worker(event)
-        elif kind == "lookup_called":
-            self.settle(kind)
-            self.lookup = (_b(f["key"]), str(f["request"]))
-            if self.state.drain_due:
-                self.owed.extend(expected_results(self.state))
-        elif kind == "lookup_returned":
-            self.settle(kind)
-            if self.lookup != (f["key"], f["request"]):
-                raise _Mismatch(f"lookup_returned without its lookup_called (open: {self.lookup})")
-            self.lookup = None
-            verdict = self.step(core.Lookup(_b(f["key"]), str(f["request"])))
-            if verdict != f["verdict"]:
-                raise _Mismatch(f"lookup returned {f['verdict']!r}, the spec says {verdict!r}")
-        elif kind in ("flush", "drain", "shutdown"):
-            self.settle(kind)
-            self.applied_before(kind)
-            if kind == "drain":
-                self.step(core.Drain())
-            elif kind == "shutdown":
-                if f["joined"] is not True:
-                    raise _Mismatch("shutdown did not join the worker")
-                self.step(core.Shutdown())
-            else:
-                out = self.step(core.Flush())
-                assert isinstance(out, core.FlushOutput)
-                submitted = tuple(core.Entry(*e) for e in _seq(f["submitted"]))
-                dropped = tuple(core.Entry(*e) for e in _seq(f["dropped"]))
-                if submitted != out.submitted or sorted(dropped) != sorted(out.dropped):
-                    raise _Mismatch(f"flush sent {submitted} dropping {dropped}; the spec: {out}")
-        elif kind == "cleanup":
-            self.settle(kind)
-            self.step(core.Cleanup(str(f["request"])))
-        elif kind in ("mark_miss", "mark_present"):
-            self.settle(kind)
-            keys = tuple(_b(k) for k in _seq(f["keys"]))
-            self.step(core.MarkMiss(keys) if kind == "mark_miss" else core.MarkPresent(keys))
-        else:
-            raise _Mismatch(f"unknown event kind {kind!r}")
-
-    def worker(self, event: Event) -> None:
-        kind, f = event.kind, event.fields
-        if kind == "take_batch":
-            self.step(core.TakeBatch())
-            took = tuple(core.Entry(*e) for e in _seq(f["entries"]))
-            if took != self.state.held:
-                raise _Mismatch(f"the worker took {took}, the spec takes {self.state.held}")
-        elif kind == "tier_call_finished":
-            answers = tuple(_seq(f["verdicts"]))
-            if not all(type(v) is bool for v in answers):
-                raise _Mismatch(f"the worker derived non-bool verdicts {answers}")
-            call = self.step(core.ProbeGroup(answers))
-            got = core.TierCall(tuple(_seq(f["keys"])), str(f["request"]))
-            if got != call:
-                raise _Mismatch(f"the tier was asked {got}, the spec asks {call}")
-        elif kind == "post":
-            results = tuple(core.Result(*r) for r in _seq(f["results"]))
-            if results != self.state.answered:
-                raise _Mismatch(f"posted {results}, the spec has {self.state.answered}")
-            self.step(core.Post())
-
-
 def _b(value: object) -> bytes:
     assert isinstance(value, bytes), value
     return value
@@ -266,38 +140,241 @@ def _v(value: object) -> bool | None:
     return value
 
 
-def check_events(events: Sequence[Event]) -> list[str]:
-    """Replay ``events`` through the spec; the first mismatch, or [] when conformant."""
-    replay = _Replay()
-    for i, event in enumerate(events):
+def _entries(value: object) -> tuple[core.Entry, ...]:
+    return tuple(core.Entry(*e) for e in _seq(value))
+
+
+def expected_results(state: core.State) -> list[Expected]:
+    """The result events that applying ``state.posted`` must emit, in order."""
+    out: list[Expected] = []
+    for result in state.posted:
+        probe = core.probe_of(state, result.key)
+        if probe is None or probe.generation != result.generation:
+            out.append(("result_stale", result.key, result.generation, None))
+        elif not probe.requesters:
+            out.append(("result_orphaned", result.key, result.generation, None))
+        else:
+            out.append(("result_applied", result.key, result.generation, result.verdict))
+        state = core.apply_posted(state._replace(posted=(result,)))
+    return out
+
+
+def _same(claimed: object, output: core.Output) -> bool:
+    """The reference's output is the spec's (a flush may list its dropped entries in
+    any order)."""
+    if isinstance(claimed, core.FlushOutput) and isinstance(output, core.FlushOutput):
+        return claimed.submitted == output.submitted and sorted(claimed.dropped) == sorted(
+            output.dropped
+        )
+    return claimed == output
+
+
+_SPEC = object()  # "the reference claims no output of its own for this action"
+DRAIN_POINTS = ("flush", "drain", "shutdown")
+
+
+class TraceCheck:
+    """The spec state of a trace, advanced one event at a time; every complaint kept.
+
+    Each complaint names the event and the PROTOCOL.md property it breaks
+    (``property N :``); a malformed trace (an unknown event, a lookup that does
+    not nest) names none.  After a complaint the replay goes on from the spec's
+    own state, so later complaints may be consequences of the first.
+    """
+
+    def __init__(self, every_state: bool = True) -> None:
+        self.every_state = every_state  # False: state invariants at flush and shutdown only
+        self.state = core.INITIAL
+        self.errors: list[str] = []
+        self.results: list[Expected] = []  # result events of the scheduler action in progress
+        self.lookup: tuple[bytes, str] | None = None  # an open lookup_called
+        self.submitted: set[tuple[bytes, str]] = set()  # (key, request) of submitted entries
+        self.generations: set[int] = set()  # generations submitted
+        self.verdicts: set[int] = set()  # generations that received a verdict
+        self.where = ""  # the event being fed, for messages
+        self.fed = 0  # how many events were fed
+
+    def error(self, prop: int, message: str) -> None:
+        about = f"property {prop} : " if prop else ""
+        self.errors.append(f"{self.where}: {about}{message}")
+
+    def act(
+        self, action: core.Action, claimed: object = _SPEC, prop: int = 0, said: str = ""
+    ) -> bool:
+        """Apply ``action`` to the spec state; check the reference's claimed output
+        (``said`` introduces it in the complaint) and every ALWAYS property."""
+        before = self.state
         try:
-            replay.handle(event)
-        except _Mismatch as exc:
-            return [f"event {i} {event!r}: {exc}"]
-    if replay.owed or replay.early or replay.lookup is not None:
-        return [
-            f"the trace ends with results owed {list(replay.owed)}, unflushed "
-            f"{replay.early}, open lookup {replay.lookup}"
-        ]
-    return []
+            after, output = core.step(before, action)
+        except core.ProtocolError as exc:
+            self.error(prop, f"the spec does not allow {action!r} here: {exc}")
+            return False
+        if claimed is not _SPEC and not _same(claimed, output):
+            self.error(prop, f"{said} {claimed!r}; the spec: {output!r}")
+        shown = output if claimed is _SPEC else claimed
+        states = self.every_state or isinstance(action, core.Flush | core.Shutdown)
+        for rule in ALWAYS:
+            if rule.state is not None:
+                broken = states and not rule.state(after)
+            else:
+                assert rule.step is not None
+                broken = not rule.step(before, action, after, shown)  # type: ignore[arg-type]
+            if broken:
+                self.error(rule.number, f"{rule.name} broken by {action!r}")
+        self.state = after
+        return True
+
+    def scheduler(
+        self, kind: str, action: core.Action, claimed: object = _SPEC, prop: int = 0,
+        said: str = "",
+    ) -> None:
+        """A scheduler action: its result events must be the spec's, exactly."""
+        if self.lookup is not None and kind != "lookup_returned":
+            self.error(0, f"{kind} inside an unfinished lookup {self.lookup}")
+        drains = kind in DRAIN_POINTS or (kind == "lookup_returned" and self.state.drain_due)
+        expected = expected_results(self.state) if drains else []
+        if self.results != expected:
+            self.error(2, f"{kind} applied {self.results}, the spec applies {expected}")
+        for result_kind, _, generation, _ in self.results:
+            if result_kind == "result_applied":
+                if generation in self.verdicts:
+                    self.error(3, f"generation {generation} received a second verdict")
+                self.verdicts.add(generation)
+        self.results = []
+        self.act(action, claimed, prop, said)
+
+    def feed(self, event: Event) -> None:
+        """Replay one event."""
+        kind, f = event.kind, event.fields
+        if kind.startswith("result_"):
+            self.results.append((kind, _b(f["key"]), _i(f["generation"]), _v(f.get("verdict"))))
+        elif kind == "lookup_called":
+            if self.lookup is not None:
+                self.error(0, f"lookup_called inside an unfinished lookup {self.lookup}")
+            if self.results:
+                self.error(2, f"results applied outside a drain point: {self.results}")
+            self.lookup = (_b(f["key"]), str(f["request"]))
+        elif kind == "lookup_returned":
+            key, request = _b(f["key"]), str(f["request"])
+            if self.lookup != (key, request):
+                self.error(0, f"lookup_returned without its lookup_called (open: {self.lookup})")
+            self.lookup = None
+            self.scheduler(kind, core.Lookup(key, request), _v(f["verdict"]), 2, "lookup returned")
+        elif kind == "flush":
+            claimed = core.FlushOutput(_entries(f["submitted"]), _entries(f["dropped"]))
+            self.scheduler(kind, core.Flush(), claimed, 1, "flush sent")
+            for key, request, generation in claimed.submitted:
+                if generation in self.generations:
+                    self.error(3, f"generation {generation} submitted twice")
+                self.generations.add(generation)
+                self.submitted.add((key, request))
+        elif kind == "drain":
+            self.scheduler(kind, core.Drain())
+        elif kind == "shutdown":
+            if f["joined"] is not True:
+                self.error(7, "shutdown did not join the worker")
+            self.scheduler(kind, core.Shutdown())
+        elif kind == "cleanup":
+            self.scheduler(kind, core.Cleanup(str(f["request"])), prop=4)
+        elif kind in ("mark_miss", "mark_present"):
+            keys = tuple(_b(k) for k in _seq(f["keys"]))
+            action = core.MarkMiss(keys) if kind == "mark_miss" else core.MarkPresent(keys)
+            self.scheduler(kind, action)
+        else:
+            self.worker(event)
+
+    def worker(self, event: Event) -> None:
+        kind, f = event.kind, event.fields
+        if kind == "take_batch":
+            took = _entries(f["entries"])
+            if self.act(core.TakeBatch(), prop=3) and took != self.state.held:
+                self.error(3, f"the worker took {took}, the spec takes {self.state.held}")
+        elif kind == "tier_call_started":
+            for key in _seq(f["keys"]):
+                if (key, f["request"]) not in self.submitted:
+                    self.error(1, f"the tier saw {key!r} for {f['request']!r}, never submitted")
+        elif kind == "tier_call_finished":
+            answers = tuple(_seq(f["verdicts"]))
+            if not all(type(v) is bool for v in answers):
+                self.error(7, f"the worker derived non-bool verdicts {answers}")
+            call = core.TierCall(tuple(_seq(f["keys"])), str(f["request"]))
+            self.act(core.ProbeGroup(answers), call, 9, "the tier was asked")
+        elif kind == "post":
+            results = tuple(core.Result(*r) for r in _seq(f["results"]))
+            answered = self.state.answered
+            if self.act(core.Post(), prop=3) and results != answered:
+                self.error(3, f"posted {results}, the spec has {answered}")
+        else:
+            self.error(0, f"unknown event kind {kind!r}")
+
+    def catch_up(self, events: Sequence[Event], first_only: bool = False) -> None:
+        """Feed the events of ``events`` not fed yet (a recorder only appends); with
+        ``first_only``, stop after the first event that draws a complaint."""
+        for index in range(self.fed, len(events)):
+            if first_only and self.errors:
+                return
+            self.where = f"event #{index} {events[index]!r}"
+            self.feed(events[index])
+            self.fed = index + 1
+
+    def finish(self) -> list[str]:
+        """Every complaint, including the trace ending inside an action."""
+        self.where = "the end of the trace"
+        if self.results:
+            self.error(2, f"result events outside any scheduler action: {self.results}")
+        if self.lookup is not None:
+            self.error(0, f"the trace ends inside lookup {self.lookup}")
+        return self.errors
+
+
+def check_trace(events: Sequence[Event], every_state: bool = True) -> list[str]:
+    """Every way ``events`` departs from the spec or breaks a PROTOCOL.md property."""
+    check = TraceCheck(every_state)
+    check.catch_up(events)
+    return check.finish()
+
+
+def check_events(events: Sequence[Event]) -> list[str]:
+    """The first way ``events`` departs from the spec, or [] when conformant."""
+    check = TraceCheck()
+    check.catch_up(events, first_only=True)
+    return (check.errors or check.finish())[:1]
 
 
 def final_state(events: Sequence[Event]) -> core.State:
     """The spec state a conformant trace leads to (check it with ``check_events`` first)."""
-    replay = _Replay()
-    for event in events:
-        replay.handle(event)
-    return replay.state
+    check = TraceCheck()
+    check.catch_up(events)
+    return check.state
 
 
 def sometimes_reached(events: Sequence[Event]) -> set[str]:
     """The names of the spec's ``SOMETIMES`` states that a conformant trace passes through."""
-    replay = _Replay()
+    check = TraceCheck()
     reached: set[str] = set()
     for event in events:
-        replay.handle(event)
-        reached.update(name for name, holds in SOMETIMES if holds(replay.state))
+        check.feed(event)
+        reached.update(name for name, holds in SOMETIMES if holds(check.state))
     return reached
+
+
+def as_spec_state(snap: Snapshot) -> core.State:
+    """The reference's snapshot laid out as a spec State, for equality with the replay."""
+    return core.State(
+        probes=tuple(sorted(
+            (k, core.Probe(p.generation, core.Phase[p.phase.name], p.verdict, p.requesters))
+            for k, p in snap.probes.items()
+        )),
+        index=tuple(sorted(snap.index.items())),
+        next_generation=snap.next_generation,
+        batch=_entries(snap.batch),
+        queue=tuple(_entries(batch) for batch in snap.queue),
+        held=_entries(snap.held),
+        answered=tuple(core.Result(*r) for r in snap.answered),
+        posted=tuple(core.Result(*r) for r in snap.posted),
+        drain_due=snap.drain_due,
+        stopped=snap.closed,
+    )
 
 
 def check_tier_answers(

@@ -19,6 +19,8 @@ docs/spec.md for what the timeouts buy.
 
 from __future__ import annotations
 
+import ast
+import builtins
 import functools
 import importlib
 import inspect
@@ -276,6 +278,47 @@ def test_contract_check_covers_every_action() -> None:
     functions = contracted_functions()
     for transition in TRANSITIONS.values():
         assert f"spec.core.{transition.apply.__name__}" in functions
+
+
+def unresolved_names(fn: Callable[..., object]) -> set[str]:
+    """The names a contract line of ``fn`` reads that CrossHair could not resolve: not
+    a parameter, ``__return__``, a comprehension variable, a builtin, or a global of
+    ``fn``'s module (CrossHair evaluates the lines in those globals)."""
+    known = {*inspect.signature(fn).parameters, "__return__", "__old__"}
+    missing: set[str] = set()
+    for line in contract_lines(fn):
+        tree = ast.parse(line.split(":", 1)[1].strip(), mode="eval")
+        names = [n for n in ast.walk(tree) if isinstance(n, ast.Name)]
+        bound = {n.id for n in names if isinstance(n.ctx, ast.Store)}
+        missing |= {
+            n.id for n in names
+            if n.id not in known | bound and n.id not in fn.__globals__
+            and not hasattr(builtins, n.id)
+        }
+    return missing
+
+
+def test_contract_names_resolve_in_their_module() -> None:
+    """Every name a contract line of spec/ or of a broken action reads is defined where
+    CrossHair looks for it, so no line fails on a missing import instead of its rule."""
+    functions = [
+        getattr(importlib.import_module(name.rsplit(".", 1)[0]), name.rsplit(".", 1)[1])
+        for name in contracted_functions()
+    ]
+    functions += [getattr(importlib.import_module(b.module), b.function) for b in BUGS.values()]
+    assert {f.__qualname__: unresolved_names(f) for f in functions if unresolved_names(f)} == {}
+
+
+def test_unresolved_names_reports_a_missing_import() -> None:
+    """The name check reports a contract helper that the function's module lacks."""
+
+    def planted(state: State) -> State:
+        """post: well_formed(__return__) and not_imported(state)
+        post: all(k == k for k, _ in __return__.probes)
+        """
+        return state
+
+    assert unresolved_names(planted) == {"not_imported"}
 
 
 def sample_states(count: int) -> list[State]:

@@ -282,6 +282,24 @@ def test_each_file_starts_from_a_fresh_namespace(tmp_path: Path) -> None:
         run_file(second, tmp_path / "work")
 
 
+def test_a_file_block_is_written_for_later_examples_to_import(tmp_path: Path) -> None:
+    """A ``file=NAME`` block is written, not run, and a later python block imports it."""
+    text = ("```python file=planted_mod.py\nVALUE = 7\n```\n"
+            "```python\nimport planted_mod\nassert planted_mod.VALUE == 7\n```\n")
+    doc = _doc(tmp_path, text)
+    assert run_file(doc, tmp_path / "work") == 2
+    assert (tmp_path / "work" / "planted_mod.py").read_text() == "VALUE = 7\n"
+
+
+def test_a_file_block_that_does_not_import_fails_its_user(tmp_path: Path) -> None:
+    """A broken ``file=`` block fails the runner at the example that imports it."""
+    text = ("```python file=planted_broken.py\nVALUE = (\n```\n"
+            "```sh\nasynclookup fuzz --impl planted_broken:Manager\n```\n")
+    doc = _doc(tmp_path, text)
+    with pytest.raises(ExampleError, match="exited 2, expected 0"):
+        run_file(doc, tmp_path / "work")
+
+
 def test_an_unclosed_fence_is_reported(tmp_path: Path) -> None:
     """A code fence that is never closed is an error, not a silently skipped block."""
     with pytest.raises(ExampleError, match="never closed"):

@@ -144,7 +144,10 @@ def test_stale_result_bug_shortest_trace() -> None:
 def test_each_variant_is_found(name: str) -> None:
     """Every broken variant breaks one of the properties it is known to break."""
     variant = VARIANTS[name]
-    bounds = Bounds(keys=2, requests=1) if name == "tier-short-answer" else Bounds(1, 2)
+    bounds = {  # these two need two keys in one batch
+        "tier-short-answer": Bounds(keys=2, requests=1),
+        "wrong-request-context": Bounds(keys=2, requests=2),
+    }.get(name, Bounds(1, 2))
     v = check(bounds, variant.table).violation
     assert v is not None and v.number in variant.breaks
 

@@ -87,8 +87,8 @@ def test_a_directory_database_shares_a_counterexample(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """A second run with the same --db directory fails at once on the saved example
-    (28 examples to find it, then 2: the saved one and Hypothesis's final replay)."""
-    assert shared_failure(capsys, str(tmp_path / "examples")) == (28, 2)
+    (68 examples to find it, then 2: the saved one and Hypothesis's final replay)."""
+    assert shared_failure(capsys, str(tmp_path / "examples")) == (68, 2)
 
 
 @pytest.mark.redis
@@ -96,4 +96,4 @@ def test_a_redis_database_shares_a_counterexample(
     capsys: pytest.CaptureFixture[str], redis_server: RedisServer
 ) -> None:
     """Two runs sharing a --db on a loopback redis-server: the second replays the failure."""
-    assert shared_failure(capsys, redis_server.url) == (28, 2)
+    assert shared_failure(capsys, redis_server.url) == (68, 2)

@@ -16,6 +16,7 @@ from spec.observe import (
     Cleanup,
     DrainResults,
     Flush,
+    Leftover,
     Lookup,
     MarkMiss,
     MarkPresent,
@@ -62,6 +63,12 @@ def probed(key: bytes, request: str, answer: Answer) -> list[Observation]:
 
 
 # -- what conforms -------------------------------------------------------------------
+
+# lookup, flush, probe, post, then the first lookup after a flush delivers the verdict
+ROUND_TRIP: list[Observation] = [
+    Lookup(K0, "A", None), Flush(), TakeBatch(True), TierCall((K0,), "A", TRUE),
+    ProbeGroup(True), Post(True), Flush(), Lookup(K0, "A", True),
+]
 
 
 def test_a_lookup_round_trip_conforms() -> None:
@@ -192,6 +199,20 @@ def test_a_dead_worker_is_property_7() -> None:
     """A worker thread that died before shutdown breaks property 7."""
     violation = first_violation([Lookup(K0, "A", None), Flush(), WorkerDied()], threaded=True)
     assert violation.number == 7
+
+
+def test_tables_left_when_the_spec_holds_nothing_are_property_5() -> None:
+    """A snapshot with entries after the last request's cleanup, all drained, breaks property 5."""
+    checker = feed([*ROUND_TRIP, Cleanup("A")])
+    assert checker.expects_empty()
+    violation = first_violation([*ROUND_TRIP, Cleanup("A"), Leftover("_req_keys={'A': ...}")])
+    assert violation.number == 5
+
+
+def test_tables_held_while_the_spec_holds_something_are_allowed() -> None:
+    """A snapshot with entries is no leak while a request still holds its probe."""
+    checker = feed([*ROUND_TRIP, Leftover("_lookup_state={b'k0': ...}")])
+    assert not checker.expects_empty()
 
 
 def test_a_tier_call_that_never_comes_is_property_6() -> None:

@@ -3,7 +3,7 @@
 Stepped: random interleavings of every scheduler and worker action, the whole
 state compared with the spec's after every step.  Threaded: thousands of steps
 of random requests against a slow, flaky tier on a real worker thread; the
-recorded trace is replayed through the spec (tests/test_reference_trace.py)
+recorded trace is replayed through the spec (tests/event_checks.py)
 and every PROTOCOL.md property checked; nothing may leak, and the worker must
 live until shutdown and be gone after it.
 """
@@ -21,7 +21,7 @@ import pytest
 
 from reference import AsyncLookupManager, Event, EventRecorder, InMemoryTier, RequestContext
 from reference.manager import Snapshot
-from tests.test_reference_trace import TraceCheck, as_spec_state, check_trace
+from tests.event_checks import TraceCheck, as_spec_state, check_trace
 
 # -- random interleavings, stepped: the test chooses every step --------------------------
 

@@ -1,210 +1,25 @@
-"""A trace checker for the reference: replays observer events through the spec.
+"""The trace checker of ``tests/event_checks.py`` over the reference, and its planted bugs.
 
-``check_trace`` replays a recorded event trace through the spec (``spec.core``)
-and checks, event by event, that the reference did what the spec does: same
-lookup verdicts, same flush split, same tier calls, same posts, same
-classification of each applied result; and that every ALWAYS property of
-``spec.properties`` holds at every step.  It also checks, without the spec,
-that each generation is submitted at most once and receives at most one
-verdict, and that every key the tier saw was submitted by a flush.
-``as_spec_state`` lays a reference snapshot out as a spec State, so stepped
-tests can compare the whole state after every step.
+Scenarios run in stepped mode on the reference and on three managers with a
+planted bug (the seed bug, results applied by key, mark_miss forcing a
+verdict); the checker must accept the reference's traces and report each bug
+by the PROTOCOL.md property it breaks.  Two forged traces (a duplicated post,
+a tier call for a key never submitted) and a bug that only the state shows
+complete the planted bugs.
 
 The reference may use the spec only here, in tests: it is checked against the
-spec, not built on it.  The observer makes scheduler actions atomic against the
-worker's hand-overs, so a trace is a valid interleaving (reference.events).
-Each test below plants a bug and proves the checker reports it.
+spec, not built on it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import pytest
 
 from reference import AsyncLookupManager, Event, EventRecorder, InMemoryTier, RequestContext
-from reference.manager import IN_FLIGHT, RESOLVED, Snapshot
-from spec import core, properties
-from spec.core import (
-    INITIAL,
-    Action,
-    Cleanup,
-    Drain,
-    Entry,
-    Flush,
-    FlushOutput,
-    Lookup,
-    MarkMiss,
-    MarkPresent,
-    Phase,
-    Post,
-    Probe,
-    ProbeGroup,
-    ProtocolError,
-    Result,
-    Shutdown,
-    State,
-    TakeBatch,
-    TierCall,
-)
-
-RESULT_KINDS = ("result_applied", "result_stale", "result_orphaned")
-
-
-def spec_classification(state: State) -> list[tuple[object, ...]]:
-    """How the spec's apply_posted treats each posted result of ``state``, in order."""
-    probes = dict(state.probes)
-    out: list[tuple[object, ...]] = []
-    for key, generation, verdict in state.posted:
-        probe = probes.get(key)
-        if probe is None or probe.generation != generation:
-            out.append(("result_stale", key, generation))
-        elif not probe.requesters:
-            del probes[key]
-            out.append(("result_orphaned", key, generation))
-        else:
-            probes[key] = probe._replace(phase=Phase.RESOLVED, verdict=verdict)
-            out.append(("result_applied", key, generation, verdict))
-    return out
-
-
-def _classified(event: Event) -> tuple[object, ...]:
-    f = event.fields
-    if event.kind == "result_applied":
-        return (event.kind, f["key"], f["generation"], f["verdict"])
-    return (event.kind, f["key"], f["generation"])
-
-
-_SPEC = object()  # "the reference claims no output of its own for this action"
-
-
-class TraceCheck:
-    """Replays events through the spec; collects every disagreement and violation.
-
-    Each message names the PROTOCOL.md property it breaks.  Step properties
-    are evaluated with the *reference's* output (its flush split, its lookup
-    verdict, its tier call) against the spec's states, so a reference that
-    disagrees with the spec is reported by the property it breaks.
-    """
-
-    def __init__(self, every_state: bool = True) -> None:
-        self.every_state = every_state  # False: state invariants at flush and shutdown only
-        self.state = INITIAL
-        self.errors: list[str] = []
-        self.results: list[Event] = []  # result events of the scheduler action in progress
-        self.submitted: dict[int, tuple[bytes, str]] = {}  # generation -> (key, request)
-        self.verdicts: set[int] = set()  # generations that received a verdict
-        self.index = 0  # of the event being fed, for messages
-        self.fed = 0  # how many events were fed
-
-    def error(self, prop: int, message: str) -> None:
-        self.errors.append(f"event #{self.index}: property {prop} : {message}")
-
-    def act(self, action: Action, claimed: object = _SPEC, prop: int = 0) -> bool:
-        """Apply ``action`` to the spec state; check the reference's claimed output."""
-        before = self.state
-        try:
-            after, output = core.step(before, action)
-        except ProtocolError:
-            self.error(prop, f"the spec refuses {action!r} here")
-            return False
-        if claimed is not _SPEC and claimed != output:
-            self.error(prop, f"{action!r}: the reference gave {claimed!r}, the spec {output!r}")
-        shown = output if claimed is _SPEC else claimed
-        states = self.every_state or isinstance(action, Flush | Shutdown)
-        for rule in properties.ALWAYS:
-            if rule.state is not None:
-                broken = states and not rule.state(after)
-            else:
-                assert rule.step is not None
-                broken = not rule.step(before, action, after, shown)  # type: ignore[arg-type]
-            if broken:
-                self.error(rule.number, f"{rule.name} broken by {action!r}")
-        self.state = after
-        return True
-
-    def scheduler(
-        self, action: Action, drains: bool, claimed: object = _SPEC, prop: int = 0
-    ) -> None:
-        """A scheduler action: its result events must be the spec's drain, exactly."""
-        expected = spec_classification(self.state) if drains else []
-        got = [_classified(e) for e in self.results]
-        if got != expected:
-            self.error(2, f"{action!r} applied results {got}, the spec applies {expected}")
-        for e in self.results:
-            if e.kind == "result_applied":
-                generation = e.fields["generation"]
-                assert isinstance(generation, int)
-                if generation in self.verdicts:
-                    self.error(3, f"generation {generation} received a second verdict")
-                self.verdicts.add(generation)
-        self.results = []
-        self.act(action, claimed, prop)
-
-    def feed(self, event: Event) -> None:
-        f, kind = event.fields, event.kind
-        if kind in RESULT_KINDS:
-            self.results.append(event)
-        elif kind == "lookup_called":
-            pass  # the action is replayed at lookup_returned, with its drain
-        elif kind == "lookup_returned":
-            action = Lookup(f["key"], f["request"])  # type: ignore[arg-type]
-            self.scheduler(action, self.state.drain_due, f["verdict"], prop=2)
-        elif kind == "flush":
-            claimed = FlushOutput(f["submitted"], f["dropped"])  # type: ignore[arg-type]
-            self.scheduler(Flush(), drains=True, claimed=claimed, prop=1)
-            for key, request, generation in claimed.submitted:
-                if generation in self.submitted:
-                    self.error(3, f"generation {generation} submitted twice")
-                self.submitted[generation] = (key, request)
-        elif kind == "drain":
-            self.scheduler(Drain(), drains=True)
-        elif kind == "shutdown":
-            if not f["joined"]:
-                self.error(7, "shutdown did not join the worker")
-            self.scheduler(Shutdown(), drains=not self.state.stopped)
-        elif kind == "cleanup":
-            self.scheduler(Cleanup(f["request"]), drains=False, prop=4)  # type: ignore[arg-type]
-        elif kind == "mark_miss":
-            self.scheduler(MarkMiss(f["keys"]), drains=False)  # type: ignore[arg-type]
-        elif kind == "mark_present":
-            self.scheduler(MarkPresent(f["keys"]), drains=False)  # type: ignore[arg-type]
-        elif kind == "take_batch":
-            if self.act(TakeBatch(), prop=3) and self.state.held != f["entries"]:
-                self.error(3, f"took {f['entries']}, the spec holds {self.state.held}")
-        elif kind == "tier_call_started":
-            for key in f["keys"]:  # type: ignore[attr-defined]
-                if (key, f["request"]) not in self.submitted.values():
-                    self.error(1, f"the tier saw {key!r} for {f['request']!r}, never submitted")
-        elif kind == "tier_call_finished":
-            call = TierCall(f["keys"], f["request"])  # type: ignore[arg-type]
-            self.act(ProbeGroup(tuple(f["verdicts"])), call, prop=9)  # type: ignore[arg-type]
-        elif kind == "post":
-            answered = self.state.answered
-            if self.act(Post(), prop=3) and answered != f["results"]:
-                self.error(3, f"posted {f['results']}, the spec answered {answered}")
-        else:
-            self.error(0, f"unknown event kind {kind!r}")
-
-    def catch_up(self, events: Sequence[Event]) -> None:
-        """Feed the events of ``events`` not fed yet (the recorder only appends)."""
-        for index in range(self.fed, len(events)):
-            self.index = index
-            self.feed(events[index])
-        self.fed = len(events)
-
-    def finish(self) -> list[str]:
-        if self.results:
-            self.error(2, f"result events outside any scheduler action: {self.results}")
-        return self.errors
-
-
-def check_trace(events: Sequence[Event], every_state: bool = True) -> list[str]:
-    """Every way ``events`` departs from the spec or breaks a PROTOCOL.md property."""
-    check = TraceCheck(every_state)
-    check.catch_up(events)
-    return check.finish()
-
+from reference.manager import IN_FLIGHT, RESOLVED
+from tests.event_checks import TraceCheck, as_spec_state, check_trace
 
 # -- the checker catches planted bugs ---------------------------------------------------
 
@@ -343,22 +158,18 @@ def test_state_comparison_catches_a_bug_the_events_hide() -> None:
     assert agree == [True, True, False] and check.finish() == []
 
 
-def as_spec_state(snap: Snapshot) -> State:
-    """The reference's snapshot laid out as a spec State, for equality with the replay."""
-    return State(
-        probes=tuple(sorted(
-            (k, Probe(p.generation, Phase[p.phase.name], p.verdict, p.requesters))
-            for k, p in snap.probes.items()
-        )),
-        index=tuple(sorted(snap.index.items())),
-        next_generation=snap.next_generation,
-        batch=tuple(Entry(*e) for e in snap.batch),
-        queue=tuple(tuple(Entry(*e) for e in batch) for batch in snap.queue),
-        held=tuple(Entry(*e) for e in snap.held),
-        answered=tuple(Result(*r) for r in snap.answered),
-        posted=tuple(Result(*r) for r in snap.posted),
-        drain_due=snap.drain_due,
-        stopped=snap.closed,
-    )
+def test_checker_catches_a_lookup_that_does_not_nest() -> None:
+    """A lookup_returned without its lookup_called is reported as a malformed trace."""
+    events = record(AsyncLookupManager, "lookup r1", "flush")
+    called = next(i for i, e in enumerate(events) if e.kind == "lookup_called")
+    errors = check_trace(events[:called] + events[called + 1 :])
+    assert any("without its lookup_called" in e for e in errors)
 
 
+def test_checker_catches_non_bool_verdicts() -> None:
+    """A tier call whose derived verdicts are not all bools is reported as property 7."""
+    events = record(AsyncLookupManager, "lookup r1", "flush", "worker")
+    i = next(i for i, e in enumerate(events) if e.kind == "tier_call_finished")
+    forged = Event("tier_call_finished", "worker", {**events[i].fields, "verdicts": (1,)})
+    errors = check_trace([*events[:i], forged, *events[i + 1 :]])
+    assert any("property 7 : the worker derived non-bool" in e for e in errors)
