@@ -5,8 +5,9 @@ the seven scheduler calls with what they returned (or the error they raised),
 the worker's tier calls with the oracle's ``Answer``, and in stepped mode the
 worker steps with what they returned.  Threaded mode adds ``Settled``,
 ``Stalled`` and ``WorkerDied``: what bounded waits for the worker found.
-``Leftover`` is the one look inside: what an adapter's snapshot of the IUT's
-tables held when the spec says they must be empty (property 5).
+``Leftover`` and ``Tables`` are the looks inside: what an adapter's snapshot
+of the IUT's tables held when the spec says they must be empty (property 5),
+and which keys and requests a trace's tables event says the IUT holds.
 
 ``verdict_candidates`` says which verdicts a conforming worker may derive from
 a tier answer.  This module only describes; ``spec.observe`` judges.
@@ -184,6 +185,14 @@ class WorkerDied:
 
 
 @dataclass(frozen=True)
+class Tables:
+    """The IUT's keys with a probe state and its indexed requests (a trace's ``tables``)."""
+
+    keys: frozenset[bytes]
+    requests: frozenset[str]
+
+
+@dataclass(frozen=True)
 class Leftover:
     """The IUT's tables (an adapter's snapshot) hold entries: ``tables`` names them.
 
@@ -197,6 +206,7 @@ class Leftover:
 Observation = (
     Lookup | Flush | Cleanup | MarkMiss | MarkPresent | DrainResults | Shutdown
     | TierCall | TakeBatch | ProbeGroup | Post | Settled | Stalled | WorkerDied | Leftover
+    | Tables
 )
 SCHEDULER_CALLS = (Lookup, Flush, Cleanup, MarkMiss, MarkPresent, DrainResults, Shutdown)
 WORKER_STEPS = (TakeBatch, ProbeGroup, Post)

@@ -63,6 +63,7 @@ from spec.observations import (
     Settled,
     Shutdown,
     Stalled,
+    Tables,
     TakeBatch,
     TierCall,
     WorkerDied,
@@ -91,6 +92,7 @@ __all__ = [
     "Settled",
     "Shutdown",
     "Stalled",
+    "Tables",
     "TakeBatch",
     "TierCall",
     "Violation",
@@ -214,6 +216,38 @@ class Checker:
         no probe, index entry, batch entry, queued or held batch, or unapplied result."""
         return not self.stopped and not any(_holds_anything(s) for s in self._states)
 
+    @property
+    def size(self) -> int:
+        """How many states are possible (without sorting them, unlike ``states``)."""
+        return len(self._states)
+
+    def trim_tagged(self, keep: int) -> None:
+        """Keep at most ``keep`` tagged states while untagged ones exist.
+
+        Every cleanup keeps a variant that also deleted orphaned IN_FLIGHT probes
+        (tagged: it breaks only property 8), so a long run with many such
+        cleanups doubles the set each time.  The untagged states alone decide
+        safety; the tagged ones only let a property-8 finding be named as such,
+        for which a few suffice.
+        """
+        tagged = [s for s, is_tagged in self._states.items() if is_tagged]
+        if len(tagged) > keep and len(tagged) < len(self._states):
+            for state in tagged[keep:]:
+                del self._states[state]
+
+    def forget_stale_notes(self) -> None:
+        """Drop the classification notes on (key, generation) pairs no possible state holds."""
+        if not (self.faulty or self.missed):
+            return
+        live: set[tuple[bytes, int]] = set()
+        for state in self._states:
+            live.update((k, p.generation) for k, p in state.probes)
+            live.update((e.key, e.generation) for e in state.batch + state.held)
+            live.update((e.key, e.generation) for batch in state.queue for e in batch)
+            live.update((r.key, r.generation) for r in state.answered + state.posted)
+        self.faulty &= live
+        self.missed &= live
+
     def may(self, action: core.Action) -> bool:
         """Whether ``action`` is enabled in some possible state (for preconditions)."""
         return any(core.enabled(s, action, self.table) for s in self._states)
@@ -327,6 +361,12 @@ class Checker:
             return {}
         if isinstance(obs, Leftover):
             return {s: t for s, t in self._states.items() if _holds_anything(s)}
+        if isinstance(obs, Tables):
+            return {
+                s: t for s, t in self._states.items()
+                if frozenset(k for k, _ in s.probes) == obs.keys
+                and frozenset(r for r, _ in s.index) == obs.requests
+            }
         simple: Mapping[type, core.Action] = {
             Flush: core.Flush(), DrainResults: core.Drain(),
             MarkPresent: core.MarkPresent(getattr(obs, "keys", ())),

@@ -38,6 +38,7 @@ from spec.observe import (
     Settled,
     Shutdown,
     Stalled,
+    Tables,
     TakeBatch,
     TierCall,
     WorkerDied,
@@ -74,6 +75,18 @@ def classify(
         if not obs.worker_alive:
             return 7, f"the worker died: no {obs.waiting_for} came and its thread is gone"
         return 6, f"no {obs.waiting_for} came within the bound although the spec owes one"
+    if isinstance(obs, Tables):
+        if not any(frozenset(r for r, _ in s.index) == obs.requests for s in states):
+            shown = sorted(r for r, _ in states[0].index)
+            return 4, (
+                f"the request index holds {sorted(obs.requests)}; the spec's holds {shown} "
+                "(a cleaned-up request is still indexed, or a live one is missing)"
+            )
+        shown_keys = sorted(k for k, _ in states[0].probes)
+        return 5, (
+            f"lookup state is held for keys {sorted(obs.keys)}; the spec holds "
+            f"{shown_keys} (a probe that should be gone was kept, or the reverse)"
+        )
     if isinstance(obs, Leftover):
         return 5, (
             "with every request cleaned up and every result drained, the IUT still "
@@ -114,6 +127,8 @@ def raised(checker: Checker, obs: Observation, error: str) -> tuple[int, str]:
 
 def efficiency_detail(checker: Checker, obs: Observation, efficient: Mapping[State, bool]) -> str:
     """Why only states with an inefficient cleanup explain ``obs``."""
+    if isinstance(obs, Tables):
+        return "only explained if cleanup deleted an orphaned IN_FLIGHT probe (the tables lack it)"
     _, why = classify(checker, obs, efficient)
     return (
         "only explained if cleanup deleted an orphaned IN_FLIGHT probe, so that the "

@@ -140,7 +140,7 @@ class TraceChecker:
         self.counts[event.kind] += 1
         obs = self._observation(event)
         if obs is None:
-            return self.found  # set by a tables event
+            return None
         warned = len(self.engine.warnings)
         try:
             violation = self.engine.observe(obs)
@@ -212,8 +212,7 @@ class TraceChecker:
         if kind == "worker_died":
             return observe.WorkerDied(data.get("reason") or "")
         if kind == "tables":
-            self._tables(event)
-            return None
+            return observe.Tables(frozenset(data["keys"]), frozenset(data["requests"]))
         error = data.get("error")
         if kind == "flush":
             self._last_flush = event.line
@@ -229,90 +228,22 @@ class TraceChecker:
         assert kind == "shutdown", kind
         return observe.Shutdown(error)
 
-    def _tables(self, event: TraceEvent) -> None:
-        """Keep the possible states whose probe keys and request index match the tables.
-
-        The engine has no observation for this, so the checker narrows its set
-        itself; hidden worker steps change neither table, so the set stays closed.
-        """
-        keys, requests = frozenset(event.data["keys"]), event.data["requests"]
-        engine = self.engine
-        before = engine._states
-        after = {
-            s: tagged for s, tagged in before.items()
-            if frozenset(k for k, _ in s.probes) == keys
-            and frozenset(r for r, _ in s.index) == requests
-        }
-        if not after:
-            index_ok = any(frozenset(r for r, _ in s.index) == requests for s in before)
-            spec = next(iter(before))
-            if not index_ok:
-                shown = sorted(r for r, _ in spec.index)
-                self.found = Found(4, (
-                    f"the request index holds {sorted(requests)}; the spec's holds {shown} "
-                    "(a cleaned-up request is still indexed, or a live one is missing)"
-                ), event)
-            else:
-                shown_keys = sorted(k for k, _ in spec.probes)
-                self.found = Found(5, (
-                    f"lookup state is held for keys {sorted(keys)}; the spec holds "
-                    f"{shown_keys} (a probe that should be gone was kept, or the reverse)"
-                ), event)
-            return
-        if all(after.values()) and not all(before.values()):
-            found = Found(8, "only explained if cleanup deleted an orphaned IN_FLIGHT probe "
-                             "(the tables lack it)", event)
-            if self.efficiency == "fail":
-                self.found = found
-            else:
-                self.warnings.append(found)
-        engine._states = after
-
     # -- bookkeeping after an explained observation -------------------------------------
 
     def _after(self, event: TraceEvent) -> None:
-        states = self.engine._states  # the size, without sorting
-        if len(states) > TAGGED_KEPT:
-            self._trim_tagged(states)
-        self.max_states = max(self.max_states, len(states))
-        if len(states) == 1 and not self.open_lookups and not self.open_calls:
-            (state,) = states
-            if _quiescent(state) and not self.engine.stopped:
+        engine = self.engine
+        if engine.size > TAGGED_KEPT:
+            engine.trim_tagged(TAGGED_KEPT)
+        self.max_states = max(self.max_states, engine.size)
+        if engine.size == 1 and not self.open_lookups and not self.open_calls:
+            (state,) = engine.states
+            if _quiescent(state) and not engine.stopped:
                 self.anchors.append((event.line, self._last_flush if state.drain_due else None))
         self._fed += 1
         if self._fed % TRIM_EVERY == 0:
-            del self.engine.history[:]
+            del engine.history[:]
         if self._fed % PRUNE_EVERY == 0:
-            self._prune()
-
-    @staticmethod
-    def _trim_tagged(states: dict[State, bool]) -> None:
-        """Keep at most ``TAGGED_KEPT`` tagged states while untagged ones exist.
-
-        The engine keeps, for every cleanup, a variant that also deleted
-        orphaned IN_FLIGHT probes (tagged: it breaks only property 8), so a run
-        with many such cleanups doubles the set each time.  The untagged states
-        alone decide safety; the tagged ones only let a property-8 finding be
-        named as such, for which a few suffice.
-        """
-        tagged = [s for s, is_tagged in states.items() if is_tagged]
-        if len(tagged) > TAGGED_KEPT and len(tagged) < len(states):
-            for state in tagged[TAGGED_KEPT:]:
-                del states[state]
-
-    def _prune(self) -> None:
-        """Forget the engine's notes on (key, generation) pairs that no possible state holds."""
-        engine = self.engine
-        if not (engine.faulty or engine.missed):
-            return
-        live: set[tuple[bytes, int]] = set()
-        for state in engine._states:
-            live.update((k, p.generation) for k, p in state.probes)
-            live.update((e.key, e.generation) for e in state.batch + state.held)
-            live.update((e.key, e.generation) for batch in state.queue for e in batch)
-            live.update((r.key, r.generation) for r in state.answered + state.posted)
-        engine.faulty &= live
-        engine.missed &= live
+            engine.forget_stale_notes()
 
 
 def _quiescent(state: State) -> bool:
