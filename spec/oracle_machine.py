@@ -183,9 +183,10 @@ def machine_class(
 
         @rule(lookups=st.lists(st.tuples(keys, requests), min_size=1, max_size=2))
         def scheduler_step(self, lookups: list[tuple[bytes, str]]) -> None:
-            """A scheduler step as an engine makes one: lookups, then a flush (the calls
-            themselves, numbered one by one; it makes step after step, each
-            submitting a batch, likelier than single calls do)."""
+            """One engine step: one or two lookups, then a flush, each numbered as its
+            own call.  Single calls rarely make several steps in a row that each
+            submit a batch; this rule makes pipelines of several batches (and so
+            several posted items before one drain) common."""
             for key, request in lookups:
                 self.lookup(key, request)
             self.flush()
@@ -231,8 +232,8 @@ def machine_class(
                 "drain_results": d.drain_results,
                 "shutdown": d.shutdown,
             }
-            generated = then in d.supports or then not in OPTIONAL_CALLS
-            if "after_shutdown" in d.supports and generated:
+            has_call = then in d.supports or then not in OPTIONAL_CALLS
+            if "after_shutdown" in d.supports and has_call:
                 after[then]()
             self._collect()
             self.driver = self._new_driver()
