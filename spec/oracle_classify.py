@@ -103,8 +103,10 @@ def classify(
 
 def raised(checker: Checker, obs: Observation, error: str) -> tuple[int, str]:
     """An exception from a call the spec allows: survival (7), unless the call was
-    due to apply a result whose probe a mark_miss named while it was unresolved
-    (the shipped mark_miss bug's assertion): exactly once (3)."""
+    due to apply a result that would be its probe's second verdict if applied by
+    key (the shipped bugs' assertions): exactly once (3).  That is a result whose
+    probe a mark_miss named while unresolved, or a stale result (an older
+    generation) for a key whose current probe has a verdict."""
     name = "shutdown()" if isinstance(obs, Shutdown) else "the IUT"
     detail = f"{name} raised {error}" + (
         "" if isinstance(obs, Shutdown) else " although the spec's action is enabled"
@@ -121,6 +123,13 @@ def raised(checker: Checker, obs: Observation, error: str) -> tuple[int, str]:
                     return 3, (
                         f"{detail}; it was to apply {key!r}'s result (g{generation}), "
                         "whose probe mark_miss named while unresolved: a second verdict"
+                    )
+                p = core.probe_of(state, key)
+                if p is not None and p.generation != generation and p.verdict is not None:
+                    return 3, (
+                        f"{detail}; it was to apply a stale result (g{generation}) for "
+                        f"{key!r}, whose current probe g{p.generation} has its verdict: "
+                        "applied by key, it is a second verdict"
                     )
     return 7, detail
 

@@ -201,6 +201,32 @@ def test_a_dead_worker_is_property_7() -> None:
     assert violation.number == 7
 
 
+def test_raising_on_a_stale_result_for_a_resolved_probe_is_property_3() -> None:
+    """An IUT that raises while a drain is due to apply a stale result to a key whose
+    current probe has its verdict (applied by key: a second verdict) breaks property 3."""
+    violation = first_violation(
+        [Lookup(K0, "A", None), Flush(), *probed(K0, "A", FALSE), Post(True),
+         MarkPresent((K0,)), DrainResults("AssertionError: a second verdict")]
+    )
+    assert violation.number == 3 and "stale result" in violation.detail
+
+
+def test_raising_on_a_result_mark_miss_forced_is_property_3() -> None:
+    """An IUT that raises while a drain is due to apply the result of a probe that
+    mark_miss named while it was in flight breaks property 3 (the shipped bug)."""
+    violation = first_violation(
+        [Lookup(K0, "A", None), Flush(), MarkMiss((K0,)), *probed(K0, "A", FALSE),
+         Post(True), DrainResults("AssertionError: a second verdict")]
+    )
+    assert violation.number == 3 and "mark_miss" in violation.detail
+
+
+def test_raising_with_nothing_due_is_property_7() -> None:
+    """An IUT that raises from a drain with nothing to apply breaks property 7."""
+    violation = first_violation([Lookup(K0, "A", None), DrainResults("KeyError: k0")])
+    assert violation.number == 7
+
+
 def test_tables_left_when_the_spec_holds_nothing_are_property_5() -> None:
     """A snapshot with entries after the last request's cleanup, all drained, breaks property 5."""
     checker = feed([*ROUND_TRIP, Cleanup("A")])

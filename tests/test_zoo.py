@@ -45,10 +45,12 @@ MORE_SEEDS: dict[str, tuple[int, ...]] = {"ResultsAppliedByKey": tuple(range(16)
 # whose bug PROTOCOL.md lists under two properties: the oracle may name either.
 # (MUTANTS stays as it is: tests/test_trace_zoo.py pins it too.)
 ALSO_NAMED: dict[str, set[int]] = {
-    # no new generation, so the superseded batch entry passes the flush: submitted (1)
-    "MarkPresentKeepsGeneration": {1},
-    # a reused generation lets a stale batch entry pass the flush: submitted (1)
-    "GenerationFromTableSize": {1},
+    # no new generation, so the superseded batch entry passes the flush: submitted (1);
+    # or the old probe's result matches, and the IUT's once-only assertion trips (3)
+    "MarkPresentKeepsGeneration": {1, 3},
+    # a reused generation lets a stale batch entry pass the flush: submitted (1); or a
+    # stale result matches the new probe, and the IUT's once-only assertion trips (3)
+    "GenerationFromTableSize": {1, 3},
     # property 4 is not observable from outside; the leak check sees the index left
     # behind once every request is cleaned up (5)
     "CleanupKeepsIndex": {5},
