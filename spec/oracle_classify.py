@@ -179,6 +179,16 @@ def _lookup(checker: Checker, obs: Lookup, states: list[State]) -> tuple[int, st
     stale = any((obs.key, p.generation) in checker.stale for p in probes)
     if stale:
         return 2, f"{said}: a stale result (of an older generation) was applied by key"
+    orphaned = any(
+        r.key == obs.key and (p := core.probe_of(s, r.key)) is not None
+        and p.generation == r.generation and not p.requesters
+        for s in states for r in s.posted
+    )
+    if orphaned:
+        return 2, (
+            f"{said}: the result of an orphaned probe (every requester cleaned up) was "
+            "applied instead of deleting the probe, and delivered to a new requester"
+        )
     if unresolved and None in allowed:
         if obs.verdict is False and any(
             (obs.key, p.generation) in checker.missed for p in unresolved

@@ -19,7 +19,7 @@ threaded replay reproduces only as well as the interleaving repeats.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from spec.adapter import Plan
@@ -65,7 +65,7 @@ def shrink(error: ConformanceError, budget: float = 20.0) -> ConformanceError:
     deadline = time.monotonic() + budget
     best = error
 
-    def attempt(steps: list[Step]) -> bool:
+    def attempt(steps: list[Step], larger: bool = False) -> bool:
         nonlocal best
         for _ in range(tries):
             if time.monotonic() > deadline:
@@ -74,12 +74,27 @@ def shrink(error: ConformanceError, budget: float = 20.0) -> ConformanceError:
             # progress is a different run that is no larger: a candidate that fails
             # only at the closing shutdown() replays as the very calls of ``best``
             if found is not None and found.violation.number == number and (
-                _size(found) <= _size(best) and _steps(found.calls) != _steps(best.calls)
+                (larger or _size(found) <= _size(best))
+                and _steps(found.calls) != _steps(best.calls)
             ):
                 best = found
                 return True
         return False
 
+    if tries > 1:
+        # Threaded: the calls after an answer may matter only as time for the
+        # worker to post (before or after some call).  Pin that timing with a
+        # settle, at the answer or later, and those calls can be deleted; keep
+        # a pinned run only if it then shrinks below the unpinned one.
+        before = best
+        for candidate in _pinned(_steps(best.calls)):
+            if time.monotonic() > deadline:
+                break
+            if attempt(candidate, larger=True):
+                _delete_calls(_steps(best.calls), attempt)
+                if _size(best) < _size(before):
+                    break
+                best = before
     changed = True
     while changed and time.monotonic() < deadline:
         changed = _delete_calls(_steps(best.calls), attempt)
@@ -114,6 +129,25 @@ def _delete_calls(steps: list[Step], attempt: Callable[[list[Step]], bool]) -> b
                 i -= 1
         chunk //= 2
     return changed
+
+
+def _pinned(steps: list[Step]) -> Iterator[list[Step]]:
+    """Threaded candidates that pin when the worker posts: a settle after every run
+    of answers; then each answer moved later, a settle right after it."""
+    settled: list[Step] = []
+    for i, step in enumerate(steps):
+        settled.append(step)
+        after = steps[i + 1][0] if i + 1 < len(steps) else None
+        if step[0] == "answer" and after not in ("answer", "settle"):
+            settled.append(("settle", ()))
+    if settled != steps:
+        yield settled
+    for i, (method, _) in enumerate(steps):
+        if method != "answer":
+            continue
+        rest = steps[:i] + steps[i + 1:]
+        for j in range(i + 1, len(rest)):
+            yield [*rest[:j], steps[i], ("settle", ()), *rest[j:]]
 
 
 def _delete_pairs(steps: list[Step], attempt: Callable[[list[Step]], bool]) -> bool:

@@ -221,6 +221,17 @@ def test_raising_on_a_result_mark_miss_forced_is_property_3() -> None:
     assert violation.number == 3 and "mark_miss" in violation.detail
 
 
+def test_an_orphans_verdict_delivered_to_a_new_requester_is_property_2() -> None:
+    """A lookup returning the verdict of an orphaned probe's result, which should
+    have deleted the probe, breaks property 2 (and is not blamed on mark_miss)."""
+    violation = first_violation(
+        [Lookup(K0, "A", None), Flush(), MarkMiss((K0,)), TakeBatch(True),
+         TierCall((K0,), "A", FALSE), ProbeGroup(True), Cleanup("A"), Post(True),
+         Lookup(K0, "B", False)]
+    )
+    assert violation.number == 2 and "orphaned probe" in violation.detail
+
+
 def test_raising_with_nothing_due_is_property_7() -> None:
     """An IUT that raises from a drain with nothing to apply breaks property 7."""
     violation = first_violation([Lookup(K0, "A", None), DrainResults("KeyError: k0")])

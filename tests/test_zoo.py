@@ -161,14 +161,28 @@ def _kill(impl: str) -> ConformanceError | None:
 
 @pytest.mark.parametrize("name", [_mark(name) for name in sorted(MUTANTS)])
 def test_mutant_is_killed_with_its_property(name: str) -> None:
-    """Each mutant is killed within its bounded run, the oracle names its expected property,
-    and the counterexample shrinks to at most 8 calls."""
-    error = _kill(f"tests.zoo.mutants:{name}")
-    assert error is not None, f"{name} survived {EXAMPLES} examples for each seed tried"
+    """Each mutant is killed within its bounded run, every kill names an expected
+    property, and a kill shrinks to a counterexample of at most 8 calls.
+
+    A threaded kill can hinge on when the worker posted: when a tier call is still
+    owed behind it, no settle can pin that moment, and the shrinker keeps the calls
+    that gave the worker its time.  So a kill that does not shrink to 8 calls lets
+    the next seed try.
+    """
+    impl = f"tests.zoo.mutants:{name}"
     expected = {MUTANTS[name], *ALSO_NAMED.get(name, set())}
-    assert error.violation.number in expected, str(error)
-    shrunk = shrink(error, SHRINK_BUDGET)
-    assert len(shrunk.calls) <= 8, str(shrunk)
+    kills: list[int] = []
+    for seed in MORE_SEEDS.get(name, SEEDS):
+        error = first_violation(impl, seed=seed, examples=EXAMPLES)
+        if error is None:
+            continue
+        assert error.violation.number in expected, str(error)
+        shrunk = shrink(error, SHRINK_BUDGET)
+        kills.append(len(shrunk.calls))
+        if len(shrunk.calls) <= 8:
+            return
+    assert kills, f"{name} survived {EXAMPLES} examples for each seed tried"
+    raise AssertionError(f"{name}: no kill shrank to 8 calls or fewer: {kills}")
 
 
 def test_correct_class_passes_all_faults_strict(capsys: pytest.CaptureFixture[str]) -> None:
