@@ -53,7 +53,6 @@ GEN_FIELDS = frozenset((P_PROBES, P_NEXT, P_BATCH, P_QUEUE, P_HELD, P_ANSWERED, 
 _ENTRY_FIELDS = (P_BATCH, P_QUEUE, P_HELD, P_ANSWERED, P_POSTED)
 
 Ids = tuple[int, ...]
-Base = tuple[int, list[tuple[int, ...]]]  # a canonical state's signature and orbits
 
 
 @dataclass(frozen=True)
@@ -138,8 +137,7 @@ class Space:
 
     def state_of(self, ids: Ids) -> State:
         """The State whose field ids are ``ids``."""
-        values = self.values
-        return tuple.__new__(State, [values[f][i] for f, i in enumerate(ids)])
+        return tuple.__new__(State, map(list.__getitem__, self.values, ids))
 
     @property
     def interned(self) -> int:
@@ -162,25 +160,10 @@ class Space:
         if sig is None:
             sig = self._signature(ids)
         tables = self._orbits[sig]
-        return [
-            tables[f].get(vid) or self._new_orbit(f, vid, sig) for f, vid in enumerate(ids)
-        ]
-
-    def successor(self, base: Base, ids: Ids, changed: Iterable[tuple[int, int]]) -> Ids:
-        """The canonical ids of ``ids``, which differs from the canonical state of
-        ``base`` (its signature and orbits, see ``base``) in the ``changed`` fields."""
-        sig, orbits = base
-        if (self._sig.get(ids[:3]) if self._collapse else self._signature(ids)) != sig:
-            return min(zip(*self.orbits(ids), strict=True))
-        orbits = orbits.copy()
-        tables = self._orbits[sig]
-        for f, vid in changed:
-            orbits[f] = tables[f].get(vid) or self._new_orbit(f, vid, sig)
-        return min(zip(*orbits, strict=True))
-
-    def base(self, ids: Ids) -> Base:
-        """What ``successor`` needs to know of a canonical state."""
-        return self._signature(ids), self.orbits(ids)
+        orbits: list[tuple[int, ...] | None] = list(map(dict.get, tables, ids))
+        if None in orbits:  # a value not seen under this signature yet
+            orbits = [o or self._new_orbit(f, ids[f], sig) for f, o in enumerate(orbits)]
+        return orbits  # type: ignore[return-value]
 
     def _new_orbit(self, f: int, vid: int, sig: int) -> tuple[int, ...]:
         value = self.values[f][vid]

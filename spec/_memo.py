@@ -153,10 +153,15 @@ class Memo(Generic[R]):
         """``fn`` of the state with field ids ``ids``; ``build`` makes it on a miss."""
         if self.direct:
             return self._fn(build())
-        for getter, table in self._patterns:
+        patterns = self._patterns
+        for n, (getter, table) in enumerate(patterns):
             result = table.get(getter(ids), _MISS)
             if result is not _MISS:
                 self.hits += 1
+                if n:  # move the pattern one place up: the most used come first
+                    patterns[n - 1], patterns[n] = patterns[n], patterns[n - 1]
+                    reads = self._reads
+                    reads[n - 1], reads[n] = reads[n], reads[n - 1]
                 return result  # type: ignore[no-any-return]
         return self._miss(ids, build)
 

@@ -13,8 +13,10 @@ This module only reads states; it never builds one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 from typing import TypeAlias
 
 from spec.core import (
@@ -56,13 +58,15 @@ class Property:
         return (fn.__doc__ or "").strip().splitlines()[0] if fn else ""
 
 
-def _pipeline(state: State) -> Iterator[tuple[bytes, int]]:
+# What the invariants read of an Entry or a Result (both have these fields).
+_KEY_GENERATION = attrgetter("key", "generation")
+_GENERATION = attrgetter("generation")
+
+
+def _pipeline(state: State) -> list[tuple[bytes, int]]:
     """Every (key, generation) that the worker side still holds, with repeats."""
-    for batch in state.queue:
-        yield from ((e.key, e.generation) for e in batch)
-    yield from ((e.key, e.generation) for e in state.held)
-    yield from ((r.key, r.generation) for r in state.answered)
-    yield from ((r.key, r.generation) for r in state.posted)
+    carried = chain(*state.queue, state.held, state.answered, state.posted)
+    return list(map(_KEY_GENERATION, carried))
 
 
 # -- state invariants ----------------------------------------------------------
@@ -74,19 +78,16 @@ def phases_match_pipeline_inv(state: State) -> bool:
     and probes stranded IN_FLIGHT forever)."""
     if state.stopped:
         return True  # shutdown drops the queue; nothing can be observed after it
-    in_batch = [(e.key, e.generation) for e in state.batch]
-    in_pipeline = list(_pipeline(state))
+    # Expected (batch, pipeline) counts: (1, 0) PENDING, (0, 1) IN_FLIGHT, (0, 0) RESOLVED.
+    in_batch = list(map(_KEY_GENERATION, state.batch))
+    in_pipeline = _pipeline(state)
     for key, probe in state.probes:
         kg = (key, probe.generation)
-        counts = (in_batch.count(kg), in_pipeline.count(kg))
-        expected = {
-            Phase.PENDING: (1, 0),
-            Phase.IN_FLIGHT: (0, 1),
-            Phase.RESOLVED: (0, 0),
-        }[probe.phase]
-        if counts != expected:
+        pending = probe.phase is Phase.PENDING
+        in_flight = probe.phase is Phase.IN_FLIGHT
+        if in_batch.count(kg) != pending or in_pipeline.count(kg) != in_flight:
             return False
-        if (probe.verdict is None) != (probe.phase is not Phase.RESOLVED):
+        if (probe.verdict is None) != (pending or in_flight):
             return False
     return True
 
@@ -95,10 +96,11 @@ def generations_unique_inv(state: State) -> bool:
     """Generations are never reused: each probe's is distinct and below the
     counter, so a stale entry can never be mistaken for a live one."""
     generations = [p.generation for _, p in state.probes]
-    seen = list(_pipeline(state)) + [(e.key, e.generation) for e in state.batch]
-    return len(set(generations)) == len(generations) and all(
-        g < state.next_generation for _, g in seen + [(b"", g) for g in generations]
-    )
+    if len(set(generations)) != len(generations):
+        return False
+    everywhere = chain(state.batch, *state.queue, state.held, state.answered, state.posted)
+    generations += map(_GENERATION, everywhere)
+    return not generations or max(generations) < state.next_generation
 
 
 def requesters_match_index_inv(state: State) -> bool:
