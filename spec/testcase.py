@@ -1,9 +1,11 @@
 """A conformance test case for your CI: one call, one ``unittest.TestCase`` class.
 
-``conformance_test_case("mypkg.mod:MyManager", faults="all")`` returns the
-TestCase class of the oracle's Hypothesis state machine (Hypothesis's
-``Machine.TestCase`` convention) fuzzing that vLLM-shaped class in threaded
-mode.  Assign it to a module-level name and pytest or unittest collects it::
+``conformance_test_case("mypkg.mod:MyManager", faults="all")`` returns a
+TestCase class (after Hypothesis's ``Machine.TestCase`` convention) whose one
+test fuzzes that vLLM-shaped class in threaded mode with the oracle's state
+machine, as ``asynclookup fuzz --impl`` does, and fails with the shrunk,
+numbered counterexample.  Assign it to a module-level name and pytest or
+unittest collects it::
 
     from spec.testcase import conformance_test_case
 
@@ -13,8 +15,7 @@ mode.  Assign it to a module-level name and pytest or unittest collects it::
 first ``ConformanceError`` (the mutant zoo's tests and bench/zoo.py use it).
 
 The class is checked when the call is made (ValueError, one line, if it does
-not fit).  It does not print a counterexample table or write replays: use
-``asynclookup fuzz --impl`` for that.
+not fit).  It writes no replay file: use ``asynclookup fuzz --impl`` for that.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from spec.oracle_driver import ConformanceError
-from spec.oracle_machine import FuzzConfig, Stats, machine_class
+from spec.oracle_machine import FuzzConfig, Stats, conformance_error_in, machine_class, run
 from spec.vllm_adapter import PREFIX, load_impl
+
+SHRINK_SECONDS = 20.0  # the shrinker's budget when ``shrink`` is on
 
 
 def conformance_test_case(
@@ -42,8 +45,9 @@ def conformance_test_case(
 ) -> type[unittest.TestCase]:
     """The TestCase class fuzzing ``impl`` (``MODULE:CLASS`` or the class) as the options say.
 
-    ``shrink=False`` reports the first failing sequence as found (threaded
-    shrinking replays with bounded waits and can take a minute).
+    The oracle's own shrinker runs (``shrink=False`` reports the first failing
+    sequence as found): it replays calls without Hypothesis and pins the worker's
+    timing, which Hypothesis's shrinker cannot do for a threaded run.
     """
     spec = impl if isinstance(impl, str) else f"{impl.__module__}:{impl.__qualname__}"
     load_impl(spec)  # fails now, in one line, if the class does not fit
@@ -53,22 +57,20 @@ def conformance_test_case(
         target=PREFIX + spec, mode="threaded", faults=faults,
         strict_efficiency=strict_efficiency,
     )
-    machine = machine_class(config)
-    if seed is not None:
-        machine._hypothesis_internal_use_seed = seed
-    case: type[unittest.TestCase] = machine.TestCase
-    case.settings = settings(  # type: ignore[attr-defined]
-        max_examples=examples,
-        stateful_step_count=steps,
-        deadline=None,
-        database=None,
-        phases=(Phase.explicit, Phase.generate, *((Phase.shrink,) if shrink else ())),
-        suppress_health_check=list(HealthCheck),
-        verbosity=Verbosity.quiet,
-        print_blob=False,
-    )
-    name = spec.rpartition(":")[2]
-    case.__name__ = case.__qualname__ = f"Conformance{name}"
+
+    def test_conforms_to_the_spec(self: unittest.TestCase) -> None:
+        """The oracle finds no call sequence the spec excludes."""
+        run(
+            config, examples=examples, steps=steps, seed=seed,
+            shrink_budget=SHRINK_SECONDS if shrink else 0.0,
+        )  # raises the ConformanceError, an AssertionError: the test fails with it
+
+    name = f"Conformance{spec.rpartition(':')[2]}"
+    case = type(name, (unittest.TestCase,), {
+        "test_conforms_to_the_spec": test_conforms_to_the_spec,
+        "__module__": __name__,
+        "__qualname__": name,
+    })
     return case
 
 
@@ -91,11 +93,9 @@ def first_violation(
     )
     try:
         run_state_machine_as_test(machine, settings=chosen)
-    except ConformanceError as error:
+    except Exception as exc:  # threaded runs can end as Hypothesis's flaky errors
+        error = conformance_error_in(exc)
+        if error is None:
+            raise
         return error
-    except BaseExceptionGroup as group:
-        for exc in group.exceptions:
-            if isinstance(exc, ConformanceError):
-                return exc
-        raise
     return None

@@ -304,14 +304,17 @@ def test_factory_test_case_passes_on_correct_class() -> None:
 
 
 def test_factory_test_case_fails_on_mutant() -> None:
-    """conformance_test_case gives a TestCase that fails on a mutant."""
+    """conformance_test_case gives a TestCase that fails on a mutant with the numbered,
+    shrunk counterexample naming the property."""
     case = conformance_test_case(
-        "tests.zoo.mutants:MarkMissForcesResolved", examples=EXAMPLES, seed=0, shrink=False
+        "tests.zoo.mutants:MarkMissForcesResolved", examples=EXAMPLES, seed=0
     )
     outcome = unittest.TextTestRunner(stream=_Null(), verbosity=0).run(
         unittest.defaultTestLoader.loadTestsFromTestCase(case)
     )
-    assert not outcome.wasSuccessful()
+    assert len(outcome.failures) == 1
+    report = outcome.failures[0][1]
+    assert "property 3 (exactly once)" in report and "  1. lookup(" in report
 
 
 def test_factory_rejects_a_misfit_at_once() -> None:
