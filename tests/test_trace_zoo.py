@@ -111,6 +111,14 @@ class Run:
     def entered(self, gate: Gate) -> None:
         assert gate.entered.wait(BOUND), "the worker never made the held tier call"
 
+    def held_probe(self, key: bytes, request: str) -> Gate:
+        """``lookup`` and ``flush``; the probe's tier call is made and held until released."""
+        self.lookup(key, request)
+        gate = self.hold()
+        self.manager.flush()
+        self.entered(gate)
+        return gate
+
     def settle(self, posts: int) -> bool:
         """Wait until the worker has posted ``posts`` batches in all; False after the bound."""
         with self.results.posted:
@@ -139,10 +147,7 @@ def seed(run: Run) -> None:
 
 def stale_result(run: Run) -> None:
     """A result for a deleted probe lands while a new probe of the key is in flight."""
-    run.lookup(K1, "r1")
-    first = run.hold()
-    run.manager.flush()
-    run.entered(first)
+    first = run.held_probe(K1, "r1")
     run.manager.cleanup("r1")
     run.manager.mark_present([K1])
     run.lookup(K1, "r2")
@@ -157,10 +162,7 @@ def stale_result(run: Run) -> None:
 
 def mark_miss_in_flight(run: Run) -> None:
     """mark_miss names a key whose probe is in flight."""
-    run.lookup(K1, "r1")
-    gate = run.hold()
-    run.manager.flush()
-    run.entered(gate)
+    run.held_probe(K1, "r1")  # held: finish() releases it
     run.manager.mark_miss([K1])
     run.lookup(K1, "r1")
 
@@ -189,10 +191,7 @@ def short_answer(run: Run) -> None:
 
 def cleanup_in_flight(run: Run) -> None:
     """A request is cleaned up while its probe is in flight, then another asks for the key."""
-    run.lookup(K1, "r1")
-    gate = run.hold()
-    run.manager.flush()
-    run.entered(gate)
+    gate = run.held_probe(K1, "r1")
     run.manager.cleanup("r1")
     run.lookup(K1, "r2")
     gate.release.set()
@@ -212,10 +211,7 @@ def cleanup_resolved(run: Run) -> None:
 def mark_present_in_flight(run: Run) -> None:
     """mark_present lands while the key's probe is in flight; the tier then says absent."""
     run.tier.present.clear()
-    run.lookup(K1, "r1")
-    gate = run.hold()
-    run.manager.flush()
-    run.entered(gate)
+    gate = run.held_probe(K1, "r1")
     run.manager.mark_present([K1])
     gate.release.set()
     run.settle(1)
@@ -225,10 +221,7 @@ def mark_present_in_flight(run: Run) -> None:
 
 def posted_between_flush_and_lookup(run: Run) -> None:
     """A result is posted after a flush; the next lookup must drain it."""
-    run.lookup(K1, "r1")
-    gate = run.hold()
-    run.manager.flush()
-    run.entered(gate)
+    gate = run.held_probe(K1, "r1")
     run.lookup(K2, "r2")
     run.manager.flush()
     gate.release.set()
@@ -247,10 +240,7 @@ def two_requests(run: Run) -> None:
 
 def orphan_result(run: Run) -> None:
     """The result of an orphaned in-flight probe is drained; a later batch forces its post."""
-    run.lookup(K1, "r1")
-    gate = run.hold()
-    run.manager.flush()
-    run.entered(gate)
+    gate = run.held_probe(K1, "r1")
     run.manager.cleanup("r1")
     run.lookup(K2, "r2")
     run.manager.flush()
@@ -263,10 +253,7 @@ def orphan_result(run: Run) -> None:
 def three_batches(run: Run) -> None:
     """Three batches are posted between two drains."""
     run.tier.present = {K1}
-    run.lookup(K1, "r1")
-    gate = run.hold()
-    run.manager.flush()
-    run.entered(gate)
+    gate = run.held_probe(K1, "r1")
     run.lookup(K2, "r2")
     run.manager.flush()
     run.lookup(K3, "r3")
