@@ -194,7 +194,7 @@ class Checker:
         self.faulty: set[tuple[bytes, int]] = set()
         self.missed: set[tuple[bytes, int]] = set()
         self.flush_dropped = False  # the last flush dropped stale entries in some state
-        self.dropped: set[tuple[bytes, str]] = set()  # (key, request) of those entries
+        self.dropped: set[tuple[bytes, str]] = set()  # (key, request) of entries dropped so far
         self.ever_dropped = False  # some flush did
         self.stale: set[tuple[bytes, int]] = set()  # a probe that a stale result could hit
 
@@ -236,8 +236,9 @@ class Checker:
                 del self._states[state]
 
     def forget_stale_notes(self) -> None:
-        """Drop the classification notes on (key, generation) pairs no possible state holds."""
-        if not (self.faulty or self.missed):
+        """Drop the classification notes on keys and (key, generation) pairs no possible
+        state holds (a long trace would otherwise grow them without bound)."""
+        if not (self.faulty or self.missed or self.dropped):
             return
         live: set[tuple[bytes, int]] = set()
         for state in self._states:
@@ -247,6 +248,8 @@ class Checker:
             live.update((r.key, r.generation) for r in state.answered + state.posted)
         self.faulty &= live
         self.missed &= live
+        keys = {key for key, _ in live}
+        self.dropped = {(key, request) for key, request in self.dropped if key in keys}
 
     def may(self, action: core.Action) -> bool:
         """Whether ``action`` is enabled in some possible state (for preconditions)."""
@@ -320,11 +323,12 @@ class Checker:
         if isinstance(obs, Cleanup):
             return self._cleanup(obs.request)
         if isinstance(obs, Flush):
-            self.dropped = {
+            dropped = {
                 (e.key, e.request) for s in self._states for e in s.batch
                 if (p := core.probe_of(s, e.key)) is None or p.generation != e.generation
             }
-            self.flush_dropped = bool(self.dropped)
+            self.flush_dropped = bool(dropped)
+            self.dropped |= dropped
             self.ever_dropped = self.ever_dropped or self.flush_dropped
         if isinstance(obs, MarkMiss):
             for s in self._states:
