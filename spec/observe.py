@@ -101,6 +101,7 @@ __all__ = [
 ]
 
 MAX_STATES = 10_000
+TAGGED_KEPT = 16  # states explained only by a wasteful cleanup, kept beside efficient ones
 
 
 class OracleLimitError(RuntimeError):
@@ -169,8 +170,10 @@ class Checker:
     """The set of spec states consistent with every observation so far.
 
     ``hidden_worker``: the worker's TakeBatch and Post are not observed
-    (threaded mode).  ``table``: the spec's transitions (a broken table checks
-    an implementation against a broken spec).
+    (threaded mode).  ``tagged_kept``: how many states explained only by a
+    wasteful cleanup are kept while efficient ones remain.  ``table``: the
+    spec's transitions (a broken table checks an implementation against a
+    broken spec).
     """
 
     def __init__(
@@ -178,10 +181,12 @@ class Checker:
         *,
         hidden_worker: bool,
         max_states: int = MAX_STATES,
+        tagged_kept: int = TAGGED_KEPT,
         table: Mapping[type, Transition] = core.TRANSITIONS,
     ) -> None:
         self.hidden_worker = hidden_worker
         self.max_states = max_states
+        self.tagged_kept = tagged_kept
         self.table = table
         # state -> True when its history used an inefficient cleanup (property 8)
         self._states: dict[State, bool] = {INITIAL: False}
@@ -221,19 +226,22 @@ class Checker:
         """How many states are possible (without sorting them, unlike ``states``)."""
         return len(self._states)
 
-    def trim_tagged(self, keep: int) -> None:
-        """Keep at most ``keep`` tagged states while untagged ones exist.
+    def _trim_tagged(self, states: dict[State, bool]) -> None:
+        """Keep at most ``tagged_kept`` tagged states while untagged ones exist.
 
         Every cleanup keeps a variant that also deleted orphaned IN_FLIGHT probes
-        (tagged: it breaks only property 8), so a long run with many such
-        cleanups doubles the set each time.  The untagged states alone decide
-        safety; the tagged ones only let a property-8 finding be named as such,
-        for which a few suffice.
+        (tagged: it breaks only property 8), so a run with many such cleanups
+        would double the set each time.  The untagged states alone decide
+        safety; the tagged ones only let a property-8 finding be named as such.
+        Those with the fewest probes are kept: the shipped inefficiency deletes
+        every orphan at every cleanup.
         """
-        tagged = [s for s, is_tagged in self._states.items() if is_tagged]
-        if len(tagged) > keep and len(tagged) < len(self._states):
-            for state in tagged[keep:]:
-                del self._states[state]
+        tagged = [s for s, is_tagged in states.items() if is_tagged]
+        if len(tagged) <= self.tagged_kept or len(tagged) == len(states):
+            return
+        tagged.sort(key=lambda s: len(s.probes))
+        for state in tagged[self.tagged_kept:]:
+            del states[state]
 
     def forget_stale_notes(self) -> None:
         """Drop the classification notes on keys and (key, generation) pairs no possible
@@ -292,6 +300,7 @@ class Checker:
                     obs, tuple(efficient)[:3],
                 )
             )
+        self._trim_tagged(after)
         self._states = after
         return None
 

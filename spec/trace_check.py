@@ -115,7 +115,9 @@ class TraceChecker:
     ) -> None:
         self.header = header
         self.efficiency = efficiency
-        self.engine = observe.Checker(hidden_worker=not header.worker_steps, max_states=max_states)
+        self.engine = observe.Checker(
+            hidden_worker=not header.worker_steps, max_states=max_states, tagged_kept=TAGGED_KEPT
+        )
         self.open_lookups: dict[str, TraceEvent] = {}  # thread -> its lookup_called
         self.open_calls: dict[str, TraceEvent] = {}  # thread -> its tier_call_started
         self.counts: Counter[str] = Counter()
@@ -232,8 +234,6 @@ class TraceChecker:
 
     def _after(self, event: TraceEvent) -> None:
         engine = self.engine
-        if engine.size > TAGGED_KEPT:
-            engine.trim_tagged(TAGGED_KEPT)
         self.max_states = max(self.max_states, engine.size)
         if engine.size == 1 and not self.open_lookups and not self.open_calls:
             (state,) = engine.states

@@ -238,6 +238,26 @@ def test_raising_with_nothing_due_is_property_7() -> None:
     assert violation.number == 7
 
 
+def _orphans_cleaned_up(n: int, tagged_kept: int) -> Checker:
+    """A checker that saw ``n`` requests each cleaned up while its probe was in flight."""
+    checker = Checker(hidden_worker=False, tagged_kept=tagged_kept)
+    pairs = [(b"k%d" % i, "R%d" % i) for i in range(n)]
+    seen: list[Observation] = [Lookup(k, r, None) for k, r in pairs]
+    seen += [Flush(), TakeBatch(True)]
+    seen += [o for k, r in pairs for o in (TierCall((k,), r, FALSE), ProbeGroup(True))]
+    seen += [Cleanup(r) for _, r in pairs]
+    for obs in seen:
+        assert checker.observe(obs) is None
+    return checker
+
+
+def test_wasteful_cleanup_variants_are_bounded() -> None:
+    """Six in-flight orphans would give 64 tagged variants; the checker keeps at most
+    ``tagged_kept`` of them beside the efficient state."""
+    assert _orphans_cleaned_up(6, tagged_kept=1000).size == 64
+    assert _orphans_cleaned_up(6, tagged_kept=4).size == 5
+
+
 def test_tables_left_when_the_spec_holds_nothing_are_property_5() -> None:
     """A snapshot with entries after the last request's cleanup, all drained, breaks property 5."""
     checker = feed([*ROUND_TRIP, Cleanup("A")])
