@@ -241,7 +241,7 @@ def test_raising_with_nothing_due_is_property_7() -> None:
 def _orphans_cleaned_up(n: int, tagged_kept: int) -> Checker:
     """A checker that saw ``n`` requests each cleaned up while its probe was in flight."""
     checker = Checker(hidden_worker=False, tagged_kept=tagged_kept)
-    pairs = [(b"k%d" % i, "R%d" % i) for i in range(n)]
+    pairs = [(f"k{i}".encode(), f"R{i}") for i in range(n)]
     seen: list[Observation] = [Lookup(k, r, None) for k, r in pairs]
     seen += [Flush(), TakeBatch(True)]
     seen += [o for k, r in pairs for o in (TierCall((k,), r, FALSE), ProbeGroup(True))]
