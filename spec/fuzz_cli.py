@@ -117,6 +117,10 @@ def run_fuzz(args: argparse.Namespace) -> int:
             from spec.vllm_adapter import describe_impl
 
             print(describe_impl(config.target.removeprefix("impl:")))
+        elif stats.leak_check is not None:
+            leaks = "on" if stats.leak_check else "OFF (the adapter offers no snapshot())"
+            skipped = ", ".join(stats.not_generated) or "nothing"
+            print(f"leak check (property 5): {leaks}; not generated: {skipped}")
     return EXIT_VIOLATION if error is not None else EXIT_CLEAN
 
 
@@ -267,4 +271,6 @@ def _as_json(
         "violation": None if error is None else _violation_json(error.violation, error.calls),
         "warnings": [_violation_json(v, calls) for v, calls in stats.warnings[:5]],
         "replay": replay,
+        "leak_check": stats.leak_check,
+        "not_generated": list(stats.not_generated),
     }

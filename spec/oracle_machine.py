@@ -85,6 +85,8 @@ class Stats:
     warnings: list[tuple[Violation, list[Call]]] = field(default_factory=list)
     on_step: Callable[[Stats], None] | None = None
     found_after: float | None = None  # seconds to the first failure, before shrinking
+    leak_check: bool | None = None  # the target offers a snapshot (None: no IUT built yet)
+    not_generated: tuple[str, ...] = ()  # optional calls the target lacks
 
     @property
     def rate(self) -> float:
@@ -153,11 +155,14 @@ def machine_class(
             if inner is not None:
                 for key in KEYS:
                     inner.delete(key)
-            return Driver(
+            driver = Driver(
                 factory, mode=config.mode, inner=inner,
                 strict_efficiency=config.strict_efficiency,
                 config={"target": config.target, "tier": config.tier},
             )
+            counters.leak_check = driver.leak_check
+            counters.not_generated = tuple(sorted(OPTIONAL_CALLS - driver.supports))
+            return driver
 
         @initialize(target=keys, n=st.integers(2, 3))
         def make_keys(self, n: int) -> Any:

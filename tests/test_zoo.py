@@ -236,6 +236,8 @@ def test_calls_a_class_lacks_are_not_generated(
     assert "not generated: mark_miss, mark_present" in describe_impl(f"{module}:NoMarks")
     code, result = _fuzz(capsys, f"{module}:NoMarks", "--seed", "0", "--examples", "60")
     assert code == 0, result["violation"]
+    assert result["not_generated"] == ["after_shutdown", "mark_miss", "mark_present"]
+    assert result["leak_check"] is True
 
 
 def test_no_call_after_shutdown_is_generated(monkeypatch: pytest.MonkeyPatch) -> None:
