@@ -144,9 +144,11 @@ class Driver:
         strict_efficiency: bool = False,
         config: dict[str, Any] | None = None,
         patient: bool = False,
+        wait_bound: float = WAIT_BOUND,
     ) -> None:
         self.mode = mode
         self.patient = patient  # replays wait a little for tier calls nobody owes
+        self.wait_bound = wait_bound  # for a tier call or a post the spec owes (threaded)
         self.strict_efficiency = strict_efficiency
         self.config = dict(config or {}, mode=mode, strict_efficiency=strict_efficiency)
         self.tier = OracleTier(inner, threaded=mode == "threaded")
@@ -287,7 +289,7 @@ class Driver:
         """
         owed = self.checker.owed_tier_calls() > 0 or self.failed
         unowed_wait = UNOWED_WAIT if self.patient else 0.0
-        pending = self.tier.next_call(WAIT_BOUND if owed else unowed_wait)
+        pending = self.tier.next_call(self.wait_bound if owed else unowed_wait)
         if pending is None and not owed:
             return
         if pending is None:
@@ -317,7 +319,7 @@ class Driver:
         if not self.failed and (self.checker.owed_tier_calls() > 0 or not self.unsettled()):
             return  # tier calls are still owed, or nothing new to wait for
         expected = self._posted_expected
-        done = self.target.wait_posted(expected, WAIT_BOUND)
+        done = self.target.wait_posted(expected, self.wait_bound)
         self._settled_at = expected
         if done is None:
             return

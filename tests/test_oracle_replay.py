@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ import pytest
 from spec.adapter import Plan
 from spec.oracle_driver import ConformanceError, Driver
 from spec.oracle_replay import replay, replay_file, shrink
+from spec.vllm_adapter import impl_factory
+from tests.zoo.vllm_shaped import ResultEntry, VllmShapedManager
 
 ROOT = Path(__file__).resolve().parent.parent
 DRAIN = "tests.mutants_reference:DrainWithoutGenerationCheck"
@@ -82,3 +85,37 @@ def test_the_replay_file_passes_on_the_reference(tmp_path: Path) -> None:
     path = tmp_path / "test_replay_drain.py"
     path.write_text(replay_file(shrink(long_drain_kill(), budget=5.0)))
     assert run_pytest(path, "reference") == 0
+
+
+class SlowPoster(VllmShapedManager):
+    """Conforms, but its worker posts each batch's results a second after probing."""
+
+    def batch_lookup(self, keys: list[bytes], req_context: object) -> list[bool]:
+        return [False] * len(keys)
+
+    def _pair(self, entries: list[tuple[bytes, int]], verdicts: list[bool]) -> list[ResultEntry]:
+        threading.Event().wait(1.0)  # a slow worker, not a synchronisation
+        return super()._pair(entries, verdicts)
+
+
+def test_a_threaded_shrink_that_does_not_hold_at_the_full_bound_is_dropped() -> None:
+    """Shrink candidates wait only briefly for a post; a result that breaks the property
+    only because of that (a slow post taken for a stall) is not returned."""
+    driver = Driver(
+        impl_factory("tests.test_oracle_replay:SlowPoster"), mode="threaded", wait_bound=0.3,
+        config={"target": "impl:tests.test_oracle_replay:SlowPoster", "tier": "memory"},
+    )
+    try:
+        with pytest.raises(ConformanceError) as found:
+            driver.cleanup("B")
+            driver.lookup(b"k1", "B")
+            driver.cleanup("B")
+            driver.lookup(b"k0", "A")
+            driver.flush()
+            driver.answer()
+            driver.settle()  # the post comes after 1 s: a stall at this bound
+    finally:
+        driver.close()
+    error = found.value
+    assert error.violation.number == 6
+    assert shrink(error, budget=4.0) is error
