@@ -5,7 +5,10 @@ the ``OracleTier`` it probes and a ``spec.observe.Checker``.  Each method makes
 one call in the protocol's vocabulary (``lookup``, ``flush``, ..., the worker
 steps in stepped mode, ``answer`` / ``settle`` in threaded mode), turns what
 happened into observations, feeds them to the checker and raises
-``ConformanceError`` at the first violation.  It also keeps the numbered calls,
+``ConformanceError`` at the first violation.  (``catch_up`` is the one
+composite: the answers and the settle it makes are numbered one by one.)
+When the target offers a snapshot of its tables, the driver also checks
+property 5 after every call at which the spec holds nothing.  It also keeps the numbered calls,
 so a failure prints as a readable counterexample and as a replay: a pytest
 file that calls the same ``Driver`` methods without Hypothesis.
 
