@@ -8,9 +8,10 @@ happened into observations, feeds them to the checker and raises
 ``ConformanceError`` at the first violation.  (``catch_up`` is the one
 composite: the answers and the settle it makes are numbered one by one.)
 When the target offers a snapshot of its tables, the driver also checks
-property 5 after every call at which the spec holds nothing.  It also keeps the numbered calls,
-so a failure prints as a readable counterexample and as a replay: a pytest
-file that calls the same ``Driver`` methods without Hypothesis.
+property 5 after every call at which the spec holds nothing.  It keeps the
+numbered calls, so a failure prints as a readable counterexample and as a
+replay: a pytest file that calls the same ``Driver`` methods without
+Hypothesis.
 
 The Hypothesis machine (``spec.oracle_machine``) and replay files are its two
 users; it chooses nothing itself.
