@@ -92,7 +92,7 @@ def shrink(error: ConformanceError, budget: float = 20.0) -> ConformanceError:
                 return True
         return False
 
-    if tries > 1:
+    if threaded:
         # Threaded: the calls after an answer may matter only as time for the
         # worker to post (before or after some call).  Pin that timing with a
         # settle, at the answer or later, and those calls can be deleted; keep
