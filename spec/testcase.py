@@ -23,11 +23,8 @@ from __future__ import annotations
 import unittest
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, Verbosity, settings
-from hypothesis.stateful import run_state_machine_as_test
-
 from spec.oracle_driver import ConformanceError
-from spec.oracle_machine import FuzzConfig, Stats, conformance_error_in, machine_class, run
+from spec.oracle_machine import FuzzConfig, Stats, run
 from spec.vllm_adapter import PREFIX, load_impl
 
 SHRINK_SECONDS = 20.0  # the shrinker's budget when ``shrink`` is on
@@ -84,18 +81,8 @@ def first_violation(
         target=PREFIX + impl, mode="threaded", faults=faults,
         strict_efficiency=strict_efficiency,
     )
-    machine = machine_class(config, stats)
-    machine._hypothesis_internal_use_seed = seed
-    chosen = settings(
-        max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
-        phases=(Phase.generate,), suppress_health_check=list(HealthCheck),
-        report_multiple_bugs=False, verbosity=Verbosity.quiet, print_blob=False,
-    )
     try:
-        run_state_machine_as_test(machine, settings=chosen)
-    except Exception as exc:  # threaded runs can end as Hypothesis's flaky errors
-        error = conformance_error_in(exc)
-        if error is None:
-            raise
+        run(config, examples=examples, seed=seed, steps=steps, stats=stats, shrink_budget=0.0)
+    except ConformanceError as error:
         return error
     return None
