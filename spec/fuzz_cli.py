@@ -113,14 +113,8 @@ def run_fuzz(args: argparse.Namespace) -> int:
         print(json.dumps(_as_json(config, stats, seconds, error, replay)))
     else:
         print(_as_text(config, stats, seconds, error, replay))
-        if config.target.startswith("impl:"):  # --impl hook: say whether leaks are checked
-            from spec.vllm_adapter import describe_impl
-
-            print(describe_impl(config.target.removeprefix("impl:")))
-        elif stats.leak_check is not None:
-            leaks = "on" if stats.leak_check else "OFF (the adapter offers no snapshot())"
-            skipped = ", ".join(stats.not_generated) or "nothing"
-            print(f"leak check (property 5): {leaks}; not generated: {skipped}")
+        if stats.leak_check is not None:
+            print(_coverage(config, stats))
     return EXIT_VIOLATION if error is not None else EXIT_CLEAN
 
 
@@ -251,6 +245,20 @@ def _violation_json(violation: Violation, calls: Sequence[Call]) -> dict[str, An
         "calls": [{"call": c.text, "replay": c.source, "tier": c.notes} for c in calls],
         "states": [describe(s) for s in violation.states],
     }
+
+
+def _coverage(config: FuzzConfig, stats: Stats) -> str:
+    """Whether the leak check ran, and which optional calls the target never got."""
+    if stats.leak_check:
+        leaks = "on"
+    elif config.target.startswith("impl:"):
+        leaks = "OFF (the class has no _lookup_state, _req_keys, _lookup_batch)"
+    else:
+        leaks = "OFF (the adapter offers no snapshot())"
+    order = ("mark_miss", "mark_present", "after_shutdown")
+    shown = [c if c != "after_shutdown" else "calls after shutdown()"
+             for c in order if c in stats.not_generated]
+    return f"leak check (property 5): {leaks}; not generated: {', '.join(shown) or 'nothing'}"
 
 
 def _as_json(

@@ -313,23 +313,3 @@ class VllmAdapter:
         if not self._tables:
             return None
         return {name: getattr(self.manager, name) for name in LEAK_TABLES}
-
-
-def leaking_tables_known(cls: type[Any]) -> bool:
-    """Whether the leak check applies to ``cls`` (it has the three vLLM tables)."""
-    source = ""
-    for klass in cls.__mro__:
-        try:
-            source += inspect.getsource(klass)
-        except (OSError, TypeError):
-            continue
-    return all(f"self.{name}" in source for name in LEAK_TABLES)
-
-
-def describe_impl(spec: str) -> str:
-    """One line for the CLI: whether the leak check and the optional calls are on."""
-    cls = load_impl(spec)
-    leaks = ("on" if leaking_tables_known(cls) else
-             "OFF (the class has no _lookup_state, _req_keys, _lookup_batch)")
-    skipped = [*missing_optional(cls), "calls after shutdown()"]
-    return f"leak check (property 5): {leaks}; not generated: {', '.join(skipped)}"

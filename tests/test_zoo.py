@@ -24,7 +24,7 @@ from spec.cli import main
 from spec.oracle_driver import ConformanceError, Driver
 from spec.oracle_replay import shrink
 from spec.testcase import conformance_test_case, first_violation
-from spec.vllm_adapter import describe_impl, impl_factory
+from spec.vllm_adapter import impl_factory
 from tests.zoo.mutants import MUTANTS
 
 # Threaded runs do not replay exactly (the worker's timing steers the machine's
@@ -233,11 +233,18 @@ def test_calls_a_class_lacks_are_not_generated(
 ) -> None:
     """A class without mark_miss and mark_present passes: neither is ever called on it."""
     module = _module(outside, "user_no_marks", NO_MARKS)
-    assert "not generated: mark_miss, mark_present" in describe_impl(f"{module}:NoMarks")
     code, result = _fuzz(capsys, f"{module}:NoMarks", "--seed", "0", "--examples", "60")
     assert code == 0, result["violation"]
     assert result["not_generated"] == ["after_shutdown", "mark_miss", "mark_present"]
     assert result["leak_check"] is True
+
+
+def test_calls_not_generated_are_said(outside: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The text output names the calls a class lacks, and calls after shutdown()."""
+    module = _module(outside, "user_no_marks_said", NO_MARKS)
+    main(["fuzz", "--impl", f"{module}:NoMarks", "--seed", "0", "--examples", "3"])
+    out = capsys.readouterr().out
+    assert "not generated: mark_miss, mark_present, calls after shutdown()" in out
 
 
 def test_no_call_after_shutdown_is_generated(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -261,10 +268,11 @@ def test_no_call_after_shutdown_is_generated(monkeypatch: pytest.MonkeyPatch) ->
     assert shut and not after
 
 
-def test_leak_check_off_is_said(outside: Path) -> None:
+def test_leak_check_off_is_said(outside: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A class without the vLLM tables is reported with the leak check off."""
     module = _module(outside, "user_bare", NO_TABLES)
-    assert "OFF" in describe_impl(f"{module}:Bare")
+    main(["fuzz", "--impl", f"{module}:Bare", "--seed", "0", "--examples", "1"])
+    assert "leak check (property 5): OFF (the class has no" in capsys.readouterr().out
 
 
 def test_iut_exception_is_property_7_with_its_place(outside: Path) -> None:
