@@ -22,10 +22,10 @@ fuzz: install
 	$(BIN)/asynclookup fuzz --tier fs --examples 60
 
 lint: install
-	$(BIN)/ruff check spec reference tests bench
+	$(BIN)/ruff check asynclookup docgen tests bench
 
 typecheck: install
-	$(BIN)/mypy --strict spec reference tests
+	$(BIN)/mypy --strict asynclookup docgen tests bench
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -40,7 +40,7 @@ from typing import Literal, NoReturn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reference import AsyncLookupManager, InMemoryTier, RequestContext
+from asynclookup.reference import AsyncLookupManager, InMemoryTier, RequestContext
 
 Mode = Literal["stepped", "threaded"]
 MODES: tuple[Mode, ...] = ("stepped", "threaded")

@@ -1,6 +1,6 @@
 """Benchmark of the bounded model checker: states, transitions, time, memory.
 
-Runs ``spec.model_check.check`` for a list of bounds (in a fresh process per
+Runs ``asynclookup.modelcheck.search.check`` for a list of bounds (in a fresh process per
 run, so that peak memory is per run), each repeated, and prints a Markdown
 table with medians, for docs/benchmarks.md.  The "naive" row is the same
 search with every reduction and the memo off: the plain breadth-first search
@@ -36,7 +36,7 @@ CONFIGS: dict[str, list[str]] = {
 
 _CHILD = """
 import json, resource, sys, time
-from spec.model_check import Bounds, Reductions, check
+from asynclookup.modelcheck.search import Bounds, Reductions, check
 args = json.loads(sys.argv[1])
 naive = args.pop("naive", False)
 reductions = Reductions(inert_stale=not args.pop("no_inert", False))

@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from spec.oracle_driver import ConformanceError
-from spec.oracle_machine import FuzzConfig, Stats, run
+from asynclookup.conformance.driver import ConformanceError
+from asynclookup.conformance.machine import FuzzConfig, Stats, run
 from tests.mutants_reference import VARIANTS
 
 

@@ -36,9 +36,9 @@ from typing import Any, NoReturn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reference.fs_tier import FilesystemTier
-from reference.redis_tier import RedisTier
-from reference.tier import RequestContext
+from asynclookup.reference.fs_tier import FilesystemTier
+from asynclookup.reference.redis_tier import RedisTier
+from asynclookup.reference.tier import RequestContext
 
 CTX = RequestContext("bench")
 

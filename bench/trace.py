@@ -7,7 +7,7 @@ Three parts, each a subcommand (``all`` runs them in order):
   16 keys and 4 requests, with cleanups, mark_miss, mark_present and drains,
   and the worker run after every flush.  ``--vllm`` records the correct
   vLLM-shaped class from tests/zoo instead (threaded, hidden worker steps).
-- ``check``: runs ``python -m spec.cli check-trace FILE`` in a child process and
+- ``check``: runs ``python -m asynclookup.cli check-trace FILE`` in a child process and
   reports events/s and the child's peak RSS (``resource.getrusage``), for
   each of the given files, so that traces of growing length show whether
   memory grows with the trace.
@@ -42,9 +42,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reference.manager import AsyncLookupManager  # noqa: E402
-from reference.tier import InMemoryTier, RequestContext  # noqa: E402
-from reference.trace import TraceWriter, record_trace, record_vllm  # noqa: E402
+from asynclookup.reference.manager import AsyncLookupManager  # noqa: E402
+from asynclookup.reference.tier import InMemoryTier, RequestContext  # noqa: E402
+from asynclookup.reference.trace import TraceWriter, record_trace, record_vllm  # noqa: E402
 from tests.zoo.vllm_shaped import BatchEntry, VllmShapedManager  # noqa: E402
 
 KEYS = [b"key-%02d" % i for i in range(16)]
@@ -151,7 +151,7 @@ def check(path: Path) -> dict[str, float]:
         lines = sum(1 for _ in f) - 1
     started = time.perf_counter()
     child = subprocess.Popen(
-        [sys.executable, "-m", "spec.cli", "check-trace", str(path)],
+        [sys.executable, "-m", "asynclookup.cli", "check-trace", str(path)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     _, status, usage = os.wait4(child.pid, 0)  # this child's own rusage

@@ -4,8 +4,8 @@ Run from the project root:
 ``PYTHONPATH=. python bench/zoo.py [--examples N] [--seeds S,S,...] [MUTANT ...]``.
 For each mutant of ``tests.zoo.mutants`` it fuzzes ``tests.zoo.mutants:NAME`` as
 ``--impl`` does (threaded mode, every fault, strict efficiency) once per seed,
-unshrunk (``spec.testcase.first_violation``), at most ``--examples`` examples a
-seed; then it shrinks the first kill (``spec.oracle_replay.shrink``).  It prints
+unshrunk (``asynclookup.conformance.testcase.first_violation``), at most ``--examples`` examples a
+seed; then it shrinks the first kill (``asynclookup.conformance.replay.shrink``).  It prints
 a Markdown table: mutant, expected property, properties named, seeds that
 killed it, median examples and median seconds to kill over the seeds (a seed
 that did not kill counts as its whole run: the medians are then lower bounds),
@@ -21,10 +21,10 @@ import sys
 import time
 from dataclasses import dataclass
 
-from spec.oracle_driver import ConformanceError
-from spec.oracle_machine import Stats
-from spec.oracle_replay import shrink
-from spec.testcase import first_violation
+from asynclookup.conformance.driver import ConformanceError
+from asynclookup.conformance.machine import Stats
+from asynclookup.conformance.replay import shrink
+from asynclookup.conformance.testcase import first_violation
 
 
 @dataclass

@@ -4,11 +4,11 @@ It does not import ``spec``: it is checked against the spec, not built on it.
 Start at ``AsyncLookupManager``; docs/reference.md explains the threading model.
 """
 
-from reference.errors import ManagerClosedError
-from reference.events import Event, EventRecorder, Observer
-from reference.manager import AsyncLookupManager, Phase, ProbeView, Snapshot
-from reference.tier import InMemoryTier, RequestContext, Tier
-from reference.worker import Worker, WorkerHealth, ask_tier
+from asynclookup.reference.errors import ManagerClosedError
+from asynclookup.reference.events import Event, EventRecorder, Observer
+from asynclookup.reference.manager import AsyncLookupManager, Phase, ProbeView, Snapshot
+from asynclookup.reference.tier import InMemoryTier, RequestContext, Tier
+from asynclookup.reference.worker import Worker, WorkerHealth, ask_tier
 
 __all__ = [
     "AsyncLookupManager",

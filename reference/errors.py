@@ -4,7 +4,7 @@ Misuse of the manager is reported with builtin types where Python already has
 the right one (``TypeError`` for a key that is not bytes, ``ValueError`` for a
 negative timeout).  The one error of its own is ``ManagerClosedError``: any call
 after ``shutdown()``.  Tier failures are never raised: the worker turns them
-into misses and logs a warning (see ``reference.worker``).
+into misses and logs a warning (see ``asynclookup.reference.worker``).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reference.tier import RequestContext, Tier
+from asynclookup.reference.tier import RequestContext, Tier
 
 KINDS = ("none", "hang", "raise", "short", "long", "non_bool", "lazy_raise")
 _NON_BOOLS: tuple[object, ...] = (1, 0, "yes", None, 1.0, b"", [True])

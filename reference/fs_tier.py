@@ -36,7 +36,7 @@ import os
 import tempfile
 from collections.abc import Sequence
 
-from reference.tier import RequestContext
+from asynclookup.reference.tier import RequestContext
 
 _TMP_PREFIX = ".tmp-"  # never a hex digit: a temporary file never looks like a block
 # A descriptor only to resolve names against (O_PATH where the OS has it).

@@ -16,7 +16,7 @@ and submits the survivors as one item to the worker; the worker posts
 Who owns what (docs/reference.md has the full picture): every public method
 except ``health`` belongs to the scheduler thread, which alone reads and writes
 the probe table, the request index, the batch and the flags.  The worker
-(``reference.worker``) owns the batch in hand and its answered results.  Two
+(``asynclookup.reference.worker``) owns the batch in hand and its answered results.  Two
 containers cross threads: the batch queue (scheduler to worker) and the posted
 deque (worker to scheduler).  With no observer there is no lock at all; with an
 observer, a lock makes every scheduler action atomic against the worker's
@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, NamedTuple
 
-from reference.errors import ManagerClosedError
-from reference.events import SCHEDULER, Event, Observer
-from reference.tier import RequestContext, Tier
-from reference.worker import Batch, Entry, Result, Worker, WorkerHealth
+from asynclookup.reference.errors import ManagerClosedError
+from asynclookup.reference.events import SCHEDULER, Event, Observer
+from asynclookup.reference.tier import RequestContext, Tier
+from asynclookup.reference.worker import Batch, Entry, Result, Worker, WorkerHealth
 
 log = logging.getLogger(__name__)
 

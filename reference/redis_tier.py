@@ -27,7 +27,7 @@ import importlib
 from collections.abc import Sequence
 from typing import Any
 
-from reference.tier import RequestContext
+from asynclookup.reference.tier import RequestContext
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_PREFIX = b"asynclookup:block:"

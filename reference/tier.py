@@ -1,7 +1,7 @@
 """The tier boundary: what the worker calls, and the in-memory tier.
 
 A tier answers ``batch_lookup(keys, request_context)`` on the worker thread with
-one bool per key.  The manager does not trust the answer: ``reference.worker``
+one bool per key.  The manager does not trust the answer: ``asynclookup.reference.worker``
 turns every misbehaviour (an exception, a wrong length, a non-bool, a lazy
 iterable that raises) into misses.  ``store``, ``delete`` and ``contains`` are
 what a real tier needs to be set up and tested; the manager never calls them.

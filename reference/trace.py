@@ -23,7 +23,7 @@ Two recorders share one writer:
   ``worker_died`` through ``threading.excepthook``.
 
 The line format itself is documented in docs/trace-format.md and checked by
-``spec.trace_format``; this module does not import ``spec`` and judges nothing.
+``asynclookup.trace.format``; this module does not import ``spec`` and judges nothing.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from contextlib import contextmanager
 from json.encoder import encode_basestring_ascii as _quote
 from typing import IO, Any
 
-from reference.events import Event, Observer
-from reference.manager import AsyncLookupManager
-from reference.tier import InMemoryTier, Tier
+from asynclookup.reference.events import Event, Observer
+from asynclookup.reference.manager import AsyncLookupManager
+from asynclookup.reference.tier import InMemoryTier, Tier
 
 FORMAT = "asynclookup-trace"
 VERSION = 1

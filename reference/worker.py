@@ -35,8 +35,8 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import NamedTuple, TypeAlias
 
-from reference.events import WORKER, Event, Observer
-from reference.tier import RequestContext, Tier
+from asynclookup.reference.events import WORKER, Event, Observer
+from asynclookup.reference.tier import RequestContext, Tier
 
 log = logging.getLogger(__name__)
 

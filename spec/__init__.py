@@ -1,10 +1,10 @@
 """asynclookup.spec: the async lookup protocol as a pure state machine.
 
-Public names are re-exported here; the implementation lives in ``spec.core``
-(the state machine) and ``spec.properties`` (the properties of PROTOCOL.md).
+Public names are re-exported here; the implementation lives in ``asynclookup.spec.core``
+(the state machine) and ``asynclookup.spec.properties`` (the properties of PROTOCOL.md).
 """
 
-from spec.core import (
+from asynclookup.spec.core import (
     INITIAL,
     TRANSITIONS,
     Action,
@@ -30,7 +30,17 @@ from spec.core import (
     enabled,
     step,
 )
-from spec.properties import ALWAYS, SOMETIMES, Property, quiescent, violated
+from asynclookup.spec.properties import (
+    ALWAYS,
+    PROPERTIES,
+    SOMETIMES,
+    Predicate,
+    Property,
+    kind_of,
+    quiescent,
+    title_of,
+    violated,
+)
 
 __all__ = [
     "ALWAYS",
@@ -50,6 +60,8 @@ __all__ = [
     "Post",
     "Probe",
     "ProbeGroup",
+    "PROPERTIES",
+    "Predicate",
     "Property",
     "ProtocolError",
     "Result",
@@ -61,5 +73,7 @@ __all__ = [
     "enabled",
     "quiescent",
     "step",
+    "kind_of",
+    "title_of",
     "violated",
 ]

@@ -1,38 +1,40 @@
-"""The small predicates that the PEP 316 contracts of ``spec.core`` read.
+"""The small predicates that the PEP 316 contracts of ``asynclookup.spec.core`` read.
 
-Each action of ``spec.core`` states what it guarantees in ``pre:`` and ``post:``
-lines of its docstring; CrossHair evaluates those lines in ``spec.core``'s
-globals, so ``spec.core`` imports every name below that a contract uses.
+Each action of ``asynclookup.spec.core`` states what it guarantees in ``pre:`` and ``post:``
+lines of its docstring; CrossHair evaluates those lines in ``asynclookup.spec.core``'s
+globals, so ``asynclookup.spec.core`` imports every name below that a contract uses.
 ``well_formed`` is the frame of every contract: the invariants every action
 needs and keeps.  The rest read a probe's fields, or compare the state before
 an action with the state after it.
 
 Each is pure: it reads States and returns a value.  What it does not do:
-define the protocol (``spec.core``) or name the properties of PROTOCOL.md
-(``spec.properties``).  Nothing but the contracts and the tests should need
+define the protocol (``asynclookup.spec.core``) or name the properties of PROTOCOL.md
+(``asynclookup.spec.properties``).  Nothing but the contracts and the tests should need
 these.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from asynclookup.spec import properties
+from asynclookup.spec.state import (
+    Entry,
+    Generation,
+    Key,
+    Phase,
+    Probe,
+    RequestId,
+    Result,
+    State,
+    Verdict,
+    probe_of,
+)
 
-if TYPE_CHECKING:
-    from spec.core import Entry, Generation, Key, Phase, Probe, RequestId, Result, State, Verdict
-
-
-def _probe(state: State, key: Key) -> Probe | None:
-    """``spec.core.probe_of``: the probe of ``key``, or None when the key has no state."""
-    from spec import core  # here, not at the top: spec.core imports this module
-
-    return core.probe_of(state, key)
+_probe = probe_of
 
 
 def well_formed(state: State) -> bool:
     """Every action needs and keeps this: sorted tables, no work left after
-    shutdown, and every state invariant of ``spec.properties``."""
-    from spec import properties  # here, not at the top: spec.properties imports spec.core
-
+    shutdown, and every state invariant of ``asynclookup.spec.properties``."""
     return (
         tables_sorted(state)
         and (not state.stopped or idle(state))

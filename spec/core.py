@@ -14,7 +14,7 @@ and ``shutdown``.
 Every result and every batch entry carries the generation it was made for.
 The one rule that makes the protocol safe is: *an entry or a result whose key
 has no state, or a state of another generation, is stale and is ignored*.
-``flush`` re-validates its batch (the seed bug, vLLM #55823), ``drain``
+``flush`` re-validates its batch (the seed bug, vLLM #55075), ``drain``
 re-validates results (vLLM #54872).
 
 This module knows nothing of threads, queues, clocks or I/O.  A ``State`` is an
@@ -25,8 +25,8 @@ model checker and the tests can swap one action's function for a broken one.
 A disabled action raises ``ProtocolError``; nothing is silently ignored.
 
 Contracts (PEP 316, checked by CrossHair) say what each action guarantees; the
-predicates they read live in ``spec._contracts``, and the named properties of
-PROTOCOL.md in ``spec.properties``.
+predicates they read live in ``asynclookup.spec._contracts``, and the named properties of
+PROTOCOL.md in ``asynclookup.spec.properties``.
 """
 
 from __future__ import annotations
@@ -39,104 +39,55 @@ from typing import Any, NamedTuple, TypeAlias
 # The PEP 316 contracts of the actions below read these predicates.  CrossHair
 # evaluates a contract in this module's globals, so they are imported here (and
 # re-exported: the tests and the copied actions of tests/crosshair_bugs use them).
-from spec._contracts import batched as batched
-from spec._contracts import changed as changed
-from spec._contracts import changes_only as changes_only
-from spec._contracts import generation_of as generation_of
-from spec._contracts import has_result as has_result
-from spec._contracts import idle as idle
-from spec._contracts import keeps_generation as keeps_generation
-from spec._contracts import new_results as new_results
-from spec._contracts import phase_of as phase_of
-from spec._contracts import removed as removed
-from spec._contracts import requesters_of as requesters_of
-from spec._contracts import verdict_of as verdict_of
-from spec._contracts import verdicts_from_results as verdicts_from_results
-from spec._contracts import well_formed as well_formed
+from asynclookup.spec._contracts import batched as batched
+from asynclookup.spec._contracts import changed as changed
+from asynclookup.spec._contracts import changes_only as changes_only
+from asynclookup.spec._contracts import generation_of as generation_of
+from asynclookup.spec._contracts import has_result as has_result
+from asynclookup.spec._contracts import idle as idle
+from asynclookup.spec._contracts import keeps_generation as keeps_generation
+from asynclookup.spec._contracts import new_results as new_results
+from asynclookup.spec._contracts import phase_of as phase_of
+from asynclookup.spec._contracts import removed as removed
+from asynclookup.spec._contracts import requesters_of as requesters_of
+from asynclookup.spec._contracts import verdict_of as verdict_of
+from asynclookup.spec._contracts import verdicts_from_results as verdicts_from_results
+from asynclookup.spec._contracts import well_formed as well_formed
 
-Key: TypeAlias = bytes
-RequestId: TypeAlias = str
-Generation: TypeAlias = int
-Verdict: TypeAlias = bool | None
-
-
-class ProtocolError(Exception):
-    """An action was applied to a state in which it is not enabled."""
-
-
-class Phase(enum.Enum):
-    """Where a probe is in its life."""
-
-    PENDING = "PENDING"  # in this step's batch, not yet sent
-    IN_FLIGHT = "IN_FLIGHT"  # sent to the worker, no verdict applied
-    RESOLVED = "RESOLVED"  # a verdict is applied
-
-    def __repr__(self) -> str:
-        return f"Phase.{self.name}"
-
-
-class Probe(NamedTuple):
-    """The lookup state of one key."""
-
-    generation: Generation
-    phase: Phase
-    verdict: Verdict
-    requesters: frozenset[RequestId]
-
-
-class Entry(NamedTuple):
-    """A batch entry: a key, the request it was batched with, its generation."""
-
-    key: Key
-    request: RequestId
-    generation: Generation
+# The protocol's values, re-exported: the tests and docs name them as core.X.
+from asynclookup.spec.errors import ProtocolError as ProtocolError
+from asynclookup.spec.state import Action as Action
+from asynclookup.spec.state import Cleanup as Cleanup
+from asynclookup.spec.state import Drain as Drain
+from asynclookup.spec.state import Entry as Entry
+from asynclookup.spec.state import Flush as Flush
+from asynclookup.spec.state import FlushOutput as FlushOutput
+from asynclookup.spec.state import Generation as Generation
+from asynclookup.spec.state import INITIAL as INITIAL
+from asynclookup.spec.state import Key as Key
+from asynclookup.spec.state import Lookup as Lookup
+from asynclookup.spec.state import MarkMiss as MarkMiss
+from asynclookup.spec.state import MarkPresent as MarkPresent
+from asynclookup.spec.state import Output as Output
+from asynclookup.spec.state import Phase as Phase
+from asynclookup.spec.state import Post as Post
+from asynclookup.spec.state import Probe as Probe
+from asynclookup.spec.state import ProbeGroup as ProbeGroup
+from asynclookup.spec.state import RequestId as RequestId
+from asynclookup.spec.state import Result as Result
+from asynclookup.spec.state import SCHEDULER_ACTIONS as SCHEDULER_ACTIONS
+from asynclookup.spec.state import Shutdown as Shutdown
+from asynclookup.spec.state import State as State
+from asynclookup.spec.state import TakeBatch as TakeBatch
+from asynclookup.spec.state import TierCall as TierCall
+from asynclookup.spec.state import Verdict as Verdict
+from asynclookup.spec.state import WORKER_ACTIONS as WORKER_ACTIONS
+from asynclookup.spec.state import group_of as group_of
+from asynclookup.spec.state import keys_of as keys_of
+from asynclookup.spec.state import probe_of as probe_of
 
 
-class Result(NamedTuple):
-    """A verdict computed by the worker for one generation of one key."""
-
-    key: Key
-    generation: Generation
-    verdict: bool
-
-
-class State(NamedTuple):
-    """The whole protocol state: scheduler tables, worker pipeline, flags."""
-
-    probes: tuple[tuple[Key, Probe], ...] = ()  # sorted by key
-    # request -> keys.  The name shadows tuple.index on purpose: it is the protocol's
-    # word, and State is never used as a sequence.
-    index: tuple[tuple[RequestId, frozenset[Key]], ...] = ()  # type: ignore[assignment]
-    next_generation: Generation = 0
-    batch: tuple[Entry, ...] = ()  # this step's entries, not yet flushed
-    queue: tuple[tuple[Entry, ...], ...] = ()  # flushed batches, not yet taken
-    held: tuple[Entry, ...] = ()  # the worker's batch in hand, not yet probed
-    answered: tuple[Result, ...] = ()  # probed by the worker, not yet posted
-    posted: tuple[Result, ...] = ()  # posted, not yet applied
-    drain_due: bool = False  # a flush happened and no drain since
-    stopped: bool = False
-
-
-INITIAL = State()
-
-
-# -- table helpers (pure; every update builds new tuples) ---------------------
-
-
-def probe_of(state: State, key: Key) -> Probe | None:
-    """The probe of ``key``, or None when the key has no state."""
-    for k, probe in state.probes:
-        if k == key:
-            return probe
-    return None
-
-
-def keys_of(state: State, request: RequestId) -> frozenset[Key]:
-    """The keys ``request`` is a requester of."""
-    for r, keys in state.index:
-        if r == request:
-            return keys
-    return frozenset()
+# -- table updates (pure; every update builds new tuples) ---------------------
 
 
 def _set_probe(
@@ -159,107 +110,6 @@ def _set_keys(
         rest.append((request, keys))
         rest.sort(key=lambda rk: rk[0])
     return tuple(rest)
-
-
-def group_of(held: tuple[Entry, ...]) -> tuple[Entry, ...]:
-    """The worker's next tier call: the held entries of the first one's request."""
-    if not held:
-        return ()
-    request = held[0].request
-    return tuple(e for e in held if e.request == request)
-
-
-# -- actions (data) ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Lookup:
-    """Scheduler: is ``key`` in the tier?  Asked on behalf of ``request``."""
-
-    key: Key
-    request: RequestId
-
-
-@dataclass(frozen=True)
-class Flush:
-    """Scheduler: end of step; submit the re-validated batch to the worker."""
-
-
-@dataclass(frozen=True)
-class Cleanup:
-    """Scheduler: ``request`` finished or was cancelled."""
-
-    request: RequestId
-
-
-@dataclass(frozen=True)
-class MarkMiss:
-    """Scheduler: a load of these keys failed; resolved probes become False."""
-
-    keys: tuple[Key, ...]
-
-
-@dataclass(frozen=True)
-class MarkPresent:
-    """Scheduler: a store of these keys succeeded; newer than any probe."""
-
-    keys: tuple[Key, ...]
-
-
-@dataclass(frozen=True)
-class Drain:
-    """Scheduler: apply every posted result (``drain_results``)."""
-
-
-@dataclass(frozen=True)
-class Shutdown:
-    """Scheduler: stop and join the worker, apply posted results. Idempotent."""
-
-
-@dataclass(frozen=True)
-class TakeBatch:
-    """Worker: take the oldest submitted batch from the queue."""
-
-
-@dataclass(frozen=True)
-class ProbeGroup:
-    """Worker: one tier call for the next request group of the held batch.
-
-    ``answers`` holds one verdict per key of the group, in order; None means
-    the tier failed (raised, answered the wrong length): every key gets False.
-    """
-
-    answers: tuple[bool, ...] | None
-
-
-@dataclass(frozen=True)
-class Post:
-    """Worker: post the answered results to the scheduler."""
-
-
-Action: TypeAlias = (
-    Lookup | Flush | Cleanup | MarkMiss | MarkPresent | Drain | Shutdown
-    | TakeBatch | ProbeGroup | Post
-)
-SCHEDULER_ACTIONS = (Lookup, Flush, Cleanup, MarkMiss, MarkPresent, Drain, Shutdown)
-WORKER_ACTIONS = (TakeBatch, ProbeGroup, Post)
-
-
-class FlushOutput(NamedTuple):
-    """What ``flush`` submitted to the worker and what it dropped as stale."""
-
-    submitted: tuple[Entry, ...]
-    dropped: tuple[Entry, ...]
-
-
-class TierCall(NamedTuple):
-    """One tier call made by ``ProbeGroup``: the keys and whose context."""
-
-    keys: tuple[Key, ...]
-    request: RequestId
-
-
-Output: TypeAlias = Verdict | FlushOutput | TierCall
 
 
 # -- applying results: shared by lookup, flush, drain and shutdown -------------

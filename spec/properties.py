@@ -1,6 +1,13 @@
-"""The properties of PROTOCOL.md as named predicates over spec states and steps.
+"""The properties of PROTOCOL.md: the one registry, and their named predicates.
 
-Two kinds, after stateright: ``ALWAYS`` holds of every reachable state
+``PROPERTIES`` is the registry every checker prints from: each PROTOCOL.md
+property by number, with its title, what an implementation that breaks it did
+wrong, the shipped bug it exists because of, and the predicates that state it.
+``title_of`` and ``kind_of`` also name the two findings that are not a
+numbered property: an action of the spec that raised (number 0, the model
+checker's) and a usage error (None: a call after shutdown that did not fail).
+
+The predicates come in two kinds, after stateright: ``ALWAYS`` holds of every reachable state
 (``*_inv`` predicates over one ``State``) or of every step (predicates over
 ``before, action, after, output``); ``SOMETIMES`` names states that a search
 must reach, so that an empty or truncated search cannot pass.  Each predicate's
@@ -13,13 +20,13 @@ This module only reads states; it never builds one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
 from typing import TypeAlias
 
-from spec.core import (
+from asynclookup.spec.state import (
     Action,
     Cleanup,
     Entry,
@@ -43,7 +50,7 @@ StepPredicate: TypeAlias = Callable[[State, Action, State, Output], bool]
 
 
 @dataclass(frozen=True)
-class Property:
+class Predicate:
     """A named predicate, the PROTOCOL.md property it states, and its kind."""
 
     name: str
@@ -250,24 +257,148 @@ def in_flight_probes_survive_cleanup(
     )
 
 
-ALWAYS: tuple[Property, ...] = (
-    Property("flush_submits_only_live_entries", 1, step=flush_submits_only_live_entries),
-    Property("verdicts_come_from_own_generation", 2, step=verdicts_come_from_own_generation),
-    Property("phases_match_pipeline_inv", 3, state=phases_match_pipeline_inv),
-    Property("generations_unique_inv", 3, state=generations_unique_inv),
-    Property("requesters_match_index_inv", 4, state=requesters_match_index_inv),
-    Property("cleanup_forgets_request", 4, step=cleanup_forgets_request),
-    Property("no_orphaned_probes_inv", 5, state=no_orphaned_probes_inv),
-    Property("results_applied_within_a_step", 6, step=results_applied_within_a_step),
-    Property("tier_answers_every_key", 7, step=tier_answers_every_key),
-    Property(
+ALWAYS: tuple[Predicate, ...] = (
+    Predicate("flush_submits_only_live_entries", 1, step=flush_submits_only_live_entries),
+    Predicate("verdicts_come_from_own_generation", 2, step=verdicts_come_from_own_generation),
+    Predicate("phases_match_pipeline_inv", 3, state=phases_match_pipeline_inv),
+    Predicate("generations_unique_inv", 3, state=generations_unique_inv),
+    Predicate("requesters_match_index_inv", 4, state=requesters_match_index_inv),
+    Predicate("cleanup_forgets_request", 4, step=cleanup_forgets_request),
+    Predicate("no_orphaned_probes_inv", 5, state=no_orphaned_probes_inv),
+    Predicate("results_applied_within_a_step", 6, step=results_applied_within_a_step),
+    Predicate("tier_answers_every_key", 7, step=tier_answers_every_key),
+    Predicate(
         "in_flight_probes_survive_cleanup",
         8,
         step=in_flight_probes_survive_cleanup,
         efficiency=True,
     ),
-    Property("tier_call_holds_one_request", 9, step=tier_call_holds_one_request),
+    Predicate("tier_call_holds_one_request", 9, step=tier_call_holds_one_request),
 )
+
+
+@dataclass(frozen=True)
+class Property:
+    """One property of PROTOCOL.md: number, title, what breaking it means, its bug."""
+
+    number: int
+    title: str  # PROTOCOL.md's name for it, e.g. "no cleaned-up entry is submitted"
+    explanation: str  # what an implementation that breaks it did wrong, in plain words
+    bug: str  # the shipped bug it exists because of
+
+    @property
+    def kind(self) -> str:
+        """``safety``, or ``efficiency`` for property 8 (reported apart)."""
+        return "efficiency" if self.number == 8 else "safety"
+
+    @property
+    def heading(self) -> str:
+        """E.g. ``property 1 (no cleaned-up entry is submitted)``."""
+        return f"property {self.number} ({self.title})"
+
+    @property
+    def predicates(self) -> tuple[Predicate, ...]:
+        """The predicates of ``ALWAYS`` that state it (property 6 is also a search goal)."""
+        return tuple(p for p in ALWAYS if p.number == self.number)
+
+
+PROPERTIES: Mapping[int, Property] = {p.number: p for p in (
+    Property(
+        1, "no cleaned-up entry is submitted",
+        "The tier was asked about a probe that was no longer live when the flush sent it: "
+        "flush must re-validate each batch entry against the key's current state and "
+        "generation, and drop entries cleaned up or superseded since they were batched.",
+        "Flush sent the whole batch without re-validation (the seed bug).",
+    ),
+    Property(
+        2, "no cleaned-up entry is delivered",
+        "lookup returned a verdict that is not the verdict of the key's current probe: a "
+        "result computed for an older generation, or for a probe that was deleted, was "
+        "delivered.  Results must be matched by key AND generation.",
+        "Results applied by key only: a late result for a cleaned-up request landed on a "
+        "new request's probe of the same key.",
+    ),
+    Property(
+        3, "exactly once",
+        "A probe was submitted or given a verdict more than once, or given one it could not "
+        "have yet: each probe is submitted at most once and receives at most one verdict "
+        "(mark_miss must leave PENDING and IN_FLIGHT probes alone).",
+        "mark_miss forced PENDING / IN_FLIGHT probes to RESOLVED, and the probe's own "
+        "result then tripped an enqueue-once assertion.",
+    ),
+    Property(
+        4, "bookkeeping",
+        "The request index and the probes' requester sets disagree: after cleanup(r) nothing "
+        "may refer to r.",
+        "Cleanup forgot a request in one table and kept it in the other.",
+    ),
+    Property(
+        5, "no leak",
+        "Lookup state leaked: once every request is cleaned up and every result drained, no "
+        "probe state, batch entry or queued item may remain.",
+        "zip() over keys and results dropped keys when a tier answered too few: their "
+        "probes stayed IN_FLIGHT forever.",
+    ),
+    Property(
+        6, "progress",
+        "A verdict the worker computed was not delivered in time: a probe with requesters "
+        "must be RESOLVED within one step after the worker finished it, and the next lookup "
+        "must return its verdict.",
+        "One raising tier killed the worker, and every later lookup returned None forever.",
+    ),
+    Property(
+        7, "survival",
+        "A tier misbehaviour (an exception, a wrong length, a non-bool, a lazy iterable that "
+        "raises, slowness) stopped the worker or the scheduler, or its verdicts were derived "
+        "wrongly: every key the tier did not answer properly counts as a miss.",
+        "The worker consumed a tier's lazy iterable outside its try block and died.",
+    ),
+    Property(
+        8, "no redundant probe",
+        "A key was probed a second time while a probe of it was PENDING or IN_FLIGHT (an "
+        "efficiency property): cleanup must keep an orphaned IN_FLIGHT probe so that a later "
+        "request joins it.",
+        "Cleanup deleted in-flight probes, so a second request re-probed the same key.",
+    ),
+    Property(
+        9, "right context",
+        "A key was probed in a tier call that held another request's keys or context: each "
+        "tier call holds exactly one request's group, with the context it was batched with.",
+        "A worker asked the tier about a whole batch with the first request's context.",
+    ),
+)}
+
+CRASH = 0  # the model checker's number for an action of the spec that raised
+USAGE_EXPLANATION = (
+    "A call after shutdown() must fail with the closed-manager error; this one did not."
+)
+
+
+def title_of(number: int | None) -> str:
+    """The heading every checker prints: ``property 1 (no cleaned-up entry is submitted)``."""
+    if number is None:
+        return "usage error (a call after shutdown)"
+    if number == CRASH:
+        return "an action of the spec raised"
+    return PROPERTIES[number].heading
+
+
+def kind_of(number: int | None) -> str:
+    """``safety``, ``efficiency`` (property 8), ``usage`` (None) or ``crash`` (0)."""
+    if number is None:
+        return "usage"
+    if number == CRASH:
+        return "crash"
+    return PROPERTIES[number].kind
+
+
+def explanation_of(number: int | None) -> str:
+    """What breaking it means, in plain words (the usage error's too)."""
+    if number is None:
+        return USAGE_EXPLANATION
+    if number == CRASH:
+        return "An action of the spec raised instead of returning: the table is broken."
+    return PROPERTIES[number].explanation
 
 
 def quiescent(state: State) -> bool:
@@ -323,7 +454,7 @@ SOMETIMES: tuple[tuple[str, StatePredicate], ...] = (
 
 def violated(
     before: State, action: Action, after: State, output: Output
-) -> list[Property]:
+) -> list[Predicate]:
     """The properties that the step ``before --action--> after`` breaks."""
     return [
         prop

@@ -1,6 +1,6 @@
 """Broken variants of the spec, as tables: the bugs that shipped, and three of ours.
 
-Each variant is ``spec.core.TRANSITIONS`` with one or more entries swapped for
+Each variant is ``asynclookup.spec.core.TRANSITIONS`` with one or more entries swapped for
 a broken action function, so that the model checker (``asynclookup model-check
 --variant NAME``), the oracle, the CrossHair tests and the docs can show that
 they catch it.  A broken way of applying results (``apply_posted``) is not an
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TypeVar
 
-from spec.core import (
+from asynclookup.spec.core import (
     TRANSITIONS,
     Cleanup,
     Drain,
@@ -238,7 +238,7 @@ VARIANTS: Mapping[str, Variant] = MappingProxyType({
     for v in (
         Variant(
             "flush-no-revalidate",
-            "flush submits the whole batch without re-validating it (vLLM #55823)",
+            "flush submits the whole batch without re-validating it (vLLM #55075)",
             (1,),
             _swap(Flush=TRANSITIONS[Flush]._replace(apply=flush_without_revalidation)),
         ),

@@ -13,15 +13,15 @@ The rules (docs/index.md, "Examples are tested", says them to writers):
   ``>>>`` is a doctest: the output shown must be the output printed.
 - A ```` ```sh ```` block (or ``console``, ``shell``, ``bash``) runs its lines that
   start with ``asynclookup`` (after an optional ``$``) in-process through
-  ``spec.cli.main``, and its ``python -m spec.docgen --show`` / ``--check``
-  lines through ``spec.docgen.main``.  A trailing ``# exit N`` comment gives
+  ``asynclookup.cli.main``, and its ``python -m docgen --show`` / ``--check``
+  lines through ``docgen.generate.main``.  A trailing ``# exit N`` comment gives
   the exit code the line must return (0 otherwise).  Other lines (``make``,
   ``pip``, ``.venv/bin/python ...``) are not run.
 - Any other block (```` ```text ````, ```` ```json ````, ```` ```mermaid ````, a bare
   fence) is not run.  Signatures and pseudo-code go in ```` ```text ````.
 
 What it does not do: compare the printed output of a shell line (generated
-blocks are checked by ``spec.docgen --check`` instead), or run anything but
+blocks are checked by ``docgen.generate --check`` instead), or run anything but
 the project's own commands.
 """
 
@@ -146,7 +146,7 @@ def commands(block: Block) -> Iterator[Command]:
         exit_note = EXIT.search(text)
         words = shlex.split(text, comments=True)
         is_cli = words[:1] == ["asynclookup"]
-        is_docgen = words[:3] == ["python", "-m", "spec.docgen"] and bool(
+        is_docgen = words[:3] == ["python", "-m", "docgen.generate"] and bool(
             {"--show", "--check"} & set(words)
         )
         if is_cli or is_docgen:
@@ -155,10 +155,10 @@ def commands(block: Block) -> Iterator[Command]:
 
 def _entry_point(argv: Sequence[str]) -> tuple[Callable[[Sequence[str]], int], list[str]]:
     if argv[0] == "asynclookup":
-        from spec import cli
+        from asynclookup import cli
 
         return cli.main, list(argv[1:])
-    from spec import docgen
+    from docgen import generate as docgen
 
     return docgen.main, list(argv[3:])
 

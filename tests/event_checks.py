@@ -1,17 +1,17 @@
 """Checkers over the reference's observation events, reusable by any test.
 
-``TraceCheck`` replays a recorded trace through the spec (``spec.core``), one
+``TraceCheck`` replays a recorded trace through the spec (``asynclookup.spec.core``), one
 event at a time: each event becomes the spec action of the same name, and the
 reference's outputs (a lookup's verdict, a flush's submitted and dropped
 entries, the batch the worker took, each tier call's keys and context, the
 posted results, and which results were applied, stale or orphaned) must equal
-the spec's.  Every ``ALWAYS`` property of ``spec.properties`` is evaluated on
+the spec's.  Every ``ALWAYS`` property of ``asynclookup.spec.properties`` is evaluated on
 every step, step properties with the *reference's* output, so a reference that
 disagrees with the spec is also reported by the property it breaks.  Without
 the spec it checks that each generation is submitted at most once and receives
 at most one verdict, that every key the tier saw was submitted by a flush, and
 that the events nest as the manager emits them.  The manager makes the
-observer's call order a valid interleaving (see ``reference.events``), so a
+observer's call order a valid interleaving (see ``asynclookup.reference.events``), so a
 trace of a correct run replays without a single complaint.
 
 How results are matched: ``flush``, ``drain`` and ``shutdown`` emit one
@@ -20,7 +20,7 @@ emits its results between ``lookup_called`` and ``lookup_returned``.  At each
 scheduler action the replay computes, from the spec state, the results the
 action must apply, and compares the result events with them in order.
 
-Three ways in: ``check_trace`` gives every complaint (each names the
+Three ways in: ``replay_events`` gives every complaint (each names the
 PROTOCOL.md property it breaks); ``check_events`` gives the first only, since
 the states diverge after it; a ``TraceCheck`` fed as a run goes
 (``catch_up``) lets a stepped test compare the whole state after every step,
@@ -46,11 +46,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from reference.events import Event
-from reference.faulty import CallRecord
-from reference.manager import Snapshot
-from spec import core
-from spec.properties import ALWAYS, SOMETIMES
+from asynclookup.reference.events import Event
+from asynclookup.reference.faulty import CallRecord
+from asynclookup.reference.manager import Snapshot
+from asynclookup.spec import core
+from asynclookup.spec.properties import ALWAYS, SOMETIMES
+from asynclookup.trace.format import ACTIONS
 
 Expected = tuple[str, bytes, int, bool | None]  # result kind, key, generation, verdict
 
@@ -244,8 +245,12 @@ class TraceCheck:
         self.act(action, claimed, prop, said)
 
     def feed(self, event: Event) -> None:
-        """Replay one event."""
+        """Replay one event as the spec action that the trace format's table names for it."""
         kind, f = event.kind, event.fields
+        if kind not in ACTIONS:
+            self.error(0, f"unknown event kind {kind!r}")
+            return
+        action = ACTIONS[kind]
         if kind.startswith("result_"):
             self.results.append((kind, _b(f["key"]), _i(f["generation"]), _v(f.get("verdict"))))
         elif kind == "lookup_called":
@@ -254,13 +259,17 @@ class TraceCheck:
             if self.results:
                 self.error(2, f"results applied outside a drain point: {self.results}")
             self.lookup = (_b(f["key"]), str(f["request"]))
-        elif kind == "lookup_returned":
+        elif kind == "tier_call_started":
+            for key in _seq(f["keys"]):
+                if (key, f["request"]) not in self.submitted:
+                    self.error(1, f"the tier saw {key!r} for {f['request']!r}, never submitted")
+        elif action is core.Lookup:
             key, request = _b(f["key"]), str(f["request"])
             if self.lookup != (key, request):
                 self.error(0, f"lookup_returned without its lookup_called (open: {self.lookup})")
             self.lookup = None
             self.scheduler(kind, core.Lookup(key, request), _v(f["verdict"]), 2, "lookup returned")
-        elif kind == "flush":
+        elif action is core.Flush:
             claimed = core.FlushOutput(_entries(f["submitted"]), _entries(f["dropped"]))
             self.scheduler(kind, core.Flush(), claimed, 1, "flush sent")
             for key, request, generation in claimed.submitted:
@@ -268,44 +277,38 @@ class TraceCheck:
                     self.error(3, f"generation {generation} submitted twice")
                 self.generations.add(generation)
                 self.submitted.add((key, request))
-        elif kind == "drain":
+        elif action is core.Drain:
             self.scheduler(kind, core.Drain())
-        elif kind == "shutdown":
+        elif action is core.Shutdown:
             if f["joined"] is not True:
                 self.error(7, "shutdown did not join the worker")
             self.scheduler(kind, core.Shutdown())
-        elif kind == "cleanup":
+        elif action is core.Cleanup:
             self.scheduler(kind, core.Cleanup(str(f["request"])), prop=4)
-        elif kind in ("mark_miss", "mark_present"):
-            keys = tuple(_b(k) for k in _seq(f["keys"]))
-            action = core.MarkMiss(keys) if kind == "mark_miss" else core.MarkPresent(keys)
-            self.scheduler(kind, action)
+        elif action is core.MarkMiss or action is core.MarkPresent:
+            self.scheduler(kind, action(tuple(_b(k) for k in _seq(f["keys"]))))
         else:
-            self.worker(event)
+            self.worker(event, action)
 
-    def worker(self, event: Event) -> None:
-        kind, f = event.kind, event.fields
-        if kind == "take_batch":
+    def worker(self, event: Event, action: type[core.Action] | None) -> None:
+        f = event.fields
+        if action is core.TakeBatch:
             took = _entries(f["entries"])
             if self.act(core.TakeBatch(), prop=3) and took != self.state.held:
                 self.error(3, f"the worker took {took}, the spec takes {self.state.held}")
-        elif kind == "tier_call_started":
-            for key in _seq(f["keys"]):
-                if (key, f["request"]) not in self.submitted:
-                    self.error(1, f"the tier saw {key!r} for {f['request']!r}, never submitted")
-        elif kind == "tier_call_finished":
+        elif action is core.ProbeGroup:
             answers = tuple(_seq(f["verdicts"]))
             if not all(type(v) is bool for v in answers):
                 self.error(7, f"the worker derived non-bool verdicts {answers}")
             call = core.TierCall(tuple(_seq(f["keys"])), str(f["request"]))
             self.act(core.ProbeGroup(answers), call, 9, "the tier was asked")
-        elif kind == "post":
+        elif action is core.Post:
             results = tuple(core.Result(*r) for r in _seq(f["results"]))
             answered = self.state.answered
             if self.act(core.Post(), prop=3) and results != answered:
                 self.error(3, f"posted {results}, the spec has {answered}")
         else:
-            self.error(0, f"unknown event kind {kind!r}")
+            self.error(0, f"event kind {event.kind!r} is not an action of the reference's trace")
 
     def catch_up(self, events: Sequence[Event], first_only: bool = False) -> None:
         """Feed the events of ``events`` not fed yet (a recorder only appends); with
@@ -327,7 +330,7 @@ class TraceCheck:
         return self.errors
 
 
-def check_trace(events: Sequence[Event], every_state: bool = True) -> list[str]:
+def replay_events(events: Sequence[Event], every_state: bool = True) -> list[str]:
     """Every way ``events`` departs from the spec or breaks a PROTOCOL.md property."""
     check = TraceCheck(every_state)
     check.catch_up(events)

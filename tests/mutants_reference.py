@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-from reference.events import Observer
-from reference.manager import IN_FLIGHT, RESOLVED, AsyncLookupManager
-from reference.tier import Tier
-from reference.worker import Worker
+from asynclookup.reference.events import Observer
+from asynclookup.reference.manager import IN_FLIGHT, RESOLVED, AsyncLookupManager
+from asynclookup.reference.tier import Tier
+from asynclookup.reference.worker import Worker
 
 
 class FlushWithoutRevalidation(AsyncLookupManager):
-    """The seed bug (vLLM #55823): flush submits its whole batch, stale entries too."""
+    """The seed bug (vLLM #55075): flush submits its whole batch, stale entries too."""
 
     def flush(self) -> None:
         self._check_open("flush")

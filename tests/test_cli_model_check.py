@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from spec import cli
+from asynclookup import cli
+from asynclookup._args import Subparsers
 
 TINY = ["--keys", "1", "--requests", "1", "--batch-entries", "1", "--queued-batches", "1",
         "--posted-results", "1"]
@@ -44,7 +45,8 @@ def test_seed_variant_exits_1_with_the_seed_trace(capsys: pytest.CaptureFixture[
     code, out, _ = _run(capsys, "--keys", "1", "--requests", "1",
                         "--variant", "flush-no-revalidate")
     assert code == 1
-    order = ["property 1 flush_submits_only_live_entries", "1. lookup(k0, A)",
+    order = ["property 1 (no cleaned-up entry is submitted), predicate "
+             "flush_submits_only_live_entries", "1. lookup(k0, A)",
              "2. cleanup(A)", "3. flush", "worker probes [k0] for A"]
     positions = [out.index(s) for s in order]
     assert positions == sorted(positions)
@@ -119,7 +121,7 @@ def test_a_registration_function_adds_a_subcommand(
 ) -> None:
     """Adding a subcommand takes one registration function in REGISTRATIONS."""
 
-    def register_hello(subparsers: cli.Subparsers) -> None:
+    def register_hello(subparsers: Subparsers) -> None:
         p = subparsers.add_parser("hello")
         p.set_defaults(run=lambda args: 7)
 
@@ -128,9 +130,9 @@ def test_a_registration_function_adds_a_subcommand(
 
 
 def test_module_entry_point_runs_as_a_process() -> None:
-    """``python -m spec.cli`` runs the command and returns its exit code, no traceback."""
+    """``python -m asynclookup.cli`` runs the command and returns its exit code, no traceback."""
     done = subprocess.run(
-        [sys.executable, "-m", "spec.cli", "model-check", "--keys", "0"],
+        [sys.executable, "-m", "asynclookup.cli", "model-check", "--keys", "0"],
         capture_output=True, text=True, timeout=60, check=False,
         cwd=Path(__file__).resolve().parent.parent,
     )

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
-from reference import AsyncLookupManager, RequestContext
+from asynclookup.reference import AsyncLookupManager, RequestContext
 from tests import mutants_reference
 
 KEYS = (b"k0", b"k1")

@@ -37,9 +37,9 @@ from typing import NamedTuple, cast
 import pytest
 from crosshair import SymbolicFactory
 
-import spec
-import spec.core
-from spec.core import (
+import asynclookup.spec
+import asynclookup.spec.core
+from asynclookup.spec.core import (
     TRANSITIONS,
     WORKER_ACTIONS,
     Action,
@@ -117,7 +117,7 @@ def contract_lines(fn: Callable[..., object]) -> list[str]:
 def contracted_functions() -> dict[str, int]:
     """Every function of a module of spec/ with a contract: qualified name -> post lines."""
     found: dict[str, int] = {}
-    for info in pkgutil.iter_modules(spec.__path__, "spec."):
+    for info in pkgutil.iter_modules(asynclookup.spec.__path__, "asynclookup.spec."):
         module = importlib.import_module(info.name)
         for name, fn in inspect.getmembers(module, inspect.isfunction):
             if fn.__module__ == module.__name__ and contract_lines(fn):
@@ -128,7 +128,7 @@ def contracted_functions() -> dict[str, int]:
 
 def worker_function_names() -> set[str]:
     """The qualified names of the worker actions' functions."""
-    return {f"spec.core.{TRANSITIONS[kind].apply.__name__}" for kind in WORKER_ACTIONS}
+    return {f"asynclookup.spec.core.{TRANSITIONS[kind].apply.__name__}" for kind in WORKER_ACTIONS}
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
@@ -173,7 +173,7 @@ def jobs() -> dict[str, Callable[[], subprocess.CompletedProcess[str]]]:
             refute, bug.module, bug.function, bug.expression, REFUTE_TIMEOUT
         )
         runs[f"control {name}"] = functools.partial(
-            refute, "spec.core", bug.function, bug.expression, CONTROL_TIMEOUT
+            refute, "asynclookup.spec.core", bug.function, bug.expression, CONTROL_TIMEOUT
         )
     return runs
 
@@ -277,7 +277,7 @@ def test_contract_check_covers_every_action() -> None:
     """The check's targets include every action function of the transition table."""
     functions = contracted_functions()
     for transition in TRANSITIONS.values():
-        assert f"spec.core.{transition.apply.__name__}" in functions
+        assert f"asynclookup.spec.core.{transition.apply.__name__}" in functions
 
 
 def unresolved_names(fn: Callable[..., object]) -> set[str]:
@@ -367,7 +367,7 @@ def test_bug_carries_the_spec_contract(name: str) -> None:
     """The broken action's docstring, contract included, is the spec action's, word for word."""
     bug = BUGS[name]
     broken = getattr(importlib.import_module(bug.module), bug.function)
-    assert broken.__doc__ == getattr(spec.core, bug.function).__doc__
+    assert broken.__doc__ == getattr(asynclookup.spec.core, bug.function).__doc__
     assert f"post: {bug.expression}" in contract_lines(broken)
 
 
@@ -397,7 +397,7 @@ def test_spec_action_survives_the_same_line(
 
 def test_refute_rejects_an_unknown_line() -> None:
     """The refute runner exits 2 with one line when the function has no such contract line."""
-    result = refute("spec.core", "flush", "True", 1.0)
+    result = refute("asynclookup.spec.core", "flush", "True", 1.0)
     assert result.returncode == 2, report(result)
     assert result.stderr.strip().count("\n") == 0
     assert "has no line 'post: True'" in result.stderr

@@ -1,7 +1,7 @@
 """The docs cannot rot: generated blocks are current, examples run, links resolve.
 
 Three checks, each with a planted failure that proves it can fail:
-- ``spec.docgen --check``: every generated block of docs/*.md and README.md is
+- ``docgen.generate --check``: every generated block of docs/*.md and README.md is
   what the code produces now (counterexamples, predicate lists, diagrams);
 - ``tests.doc_examples``: every runnable example of docs/*.md and README.md runs;
 - relative links and their anchors resolve.
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from spec import docgen
-from spec.core import INITIAL, step
-from spec.docgen_diagrams import SCENARIOS, DiagramError, Scenario, probe_transitions, run
-from spec.model_check import TraceStep
-from spec.properties import ALWAYS
+from asynclookup.modelcheck.search import TraceStep
+from asynclookup.spec.core import INITIAL, step
+from asynclookup.spec.properties import ALWAYS
+from docgen import generate as docgen
+from docgen.diagrams import SCENARIOS, DiagramError, Scenario, probe_transitions, run
 from tests.doc_examples import Block, ExampleError, blocks, run_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,7 +153,7 @@ def test_each_race_diagram_is_a_run_of_the_spec(name: str) -> None:
 
 def test_a_scenario_with_a_disabled_action_is_rejected() -> None:
     """A scenario that is not a run of the spec (a post with nothing answered) raises."""
-    from spec.core import Post
+    from asynclookup.spec.core import Post
 
     with pytest.raises(DiagramError, match="step 1"):
         run(Scenario("planted", (Post(),)).actions)

@@ -7,10 +7,18 @@ from dataclasses import replace
 
 import pytest
 
-from spec import _report
-from spec._canon import Reductions, Space
-from spec._memo import Memo, changed_fields, track
-from spec.core import (
+from asynclookup.modelcheck import report as _report
+from asynclookup.modelcheck._canon import Reductions, Space
+from asynclookup.modelcheck._memo import Memo, changed_fields, track
+from asynclookup.modelcheck.search import (
+    CRASH,
+    PROGRESS,
+    Bounds,
+    CheckResult,
+    check,
+    default_reductions,
+)
+from asynclookup.spec.core import (
     INITIAL,
     TRANSITIONS,
     Cleanup,
@@ -23,8 +31,7 @@ from spec.core import (
     Transition,
     step,
 )
-from spec.model_check import CRASH, PROGRESS, Bounds, CheckResult, check, default_reductions
-from spec.variants import VARIANTS
+from asynclookup.spec.variants import VARIANTS
 
 SMALL = Bounds(keys=1, requests=2, batch_entries=1, queued_batches=1, posted_results=1)
 SMALL_2K = Bounds(2, 1, batch_entries=1, queued_batches=1, posted_results=1, verdicts=(True,))

@@ -1,4 +1,4 @@
-"""The oracle's tier and the reference adapter (spec.adapter).
+"""The oracle's tier and the reference adapter (asynclookup.conformance.adapter).
 
 The tier must deliver exactly the fault each plan describes and record what it
 answered; threaded calls must block until the oracle answers; the adapter must
@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from reference.tier import RequestContext
-from spec.adapter import OracleTier, Plan, ReferenceAdapter, TierFault, load_target
-from spec.observations import Answer
+from asynclookup.conformance.adapter import OracleTier, Plan, ReferenceAdapter, TierFault
+from asynclookup.conformance.observations import Answer
+from asynclookup.conformance.targets import load_target
+from asynclookup.reference.tier import RequestContext
 
 KEYS = [b"k0", b"k1", b"k2"]
 CONTEXT = RequestContext("A")
@@ -58,7 +59,7 @@ def test_short_long_and_junk_plans_spoil_the_answer() -> None:
 
 
 def test_the_tier_logs_what_it_answered() -> None:
-    """Every answered call is logged as a TierCall with the keys, request and answer."""
+    """Every answered call is logged as a TierCallSeen with the keys, request and answer."""
     tier = OracleTier()
     tier.queue_plans([Plan("proper", (True,))])
     tier.batch_lookup(KEYS[:1], CONTEXT)
@@ -68,7 +69,7 @@ def test_the_tier_logs_what_it_answered() -> None:
 
 def test_a_real_inner_tier_gives_the_proper_verdicts() -> None:
     """With a real tier inside, its contents decide the proper verdicts."""
-    from reference.tier import InMemoryTier
+    from asynclookup.reference.tier import InMemoryTier
 
     inner = InMemoryTier()
     inner.store(b"k1")
@@ -113,7 +114,7 @@ def test_load_target_rejects_a_malformed_name() -> None:
 
 def test_the_adapter_recognises_the_closed_manager_error() -> None:
     """After shutdown the reference raises its closed-manager error, which the adapter names."""
-    from reference import AsyncLookupManager
+    from asynclookup.reference import AsyncLookupManager
 
     adapter = ReferenceAdapter(AsyncLookupManager, OracleTier(), "stepped")
     adapter.shutdown()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spec.cli import main
+from asynclookup.cli import main
 from tests.redis_server import RedisServer
 
 FLUSH = "tests.mutants_reference:FlushWithoutRevalidation"

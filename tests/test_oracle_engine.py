@@ -1,4 +1,4 @@
-"""The observation checker (spec.observe) on hand-written observation sequences.
+"""The observation checker (asynclookup.conformance.engine) on hand-written observation sequences.
 
 Each test feeds a few observations, as an implementation under test would
 produce them, and pins whether the checker accepts them and, when it does not,
@@ -9,26 +9,26 @@ from __future__ import annotations
 
 import pytest
 
-from spec.observe import (
+from asynclookup.conformance.engine import (
     CLOSED,
     Answer,
     Checker,
-    Cleanup,
-    DrainResults,
-    Flush,
+    CleanupSeen,
+    DrainSeen,
+    FlushSeen,
     Leftover,
-    Lookup,
-    MarkMiss,
-    MarkPresent,
+    LookupSeen,
+    MarkMissSeen,
+    MarkPresentSeen,
     Observation,
     OracleLimitError,
-    Post,
-    ProbeGroup,
+    PostSeen,
+    ProbeGroupSeen,
     Settled,
-    Shutdown,
+    ShutdownSeen,
     Stalled,
-    TakeBatch,
-    TierCall,
+    TakeBatchSeen,
+    TierCallSeen,
     Violation,
     WorkerDied,
     verdict_candidates,
@@ -59,23 +59,23 @@ def first_violation(observations: list[Observation], *, threaded: bool = False) 
 
 def probed(key: bytes, request: str, answer: Answer) -> list[Observation]:
     """One stepped worker move that takes a batch and probes ``key`` for ``request``."""
-    return [TakeBatch(True), TierCall((key,), request, answer), ProbeGroup(True)]
+    return [TakeBatchSeen(True), TierCallSeen((key,), request, answer), ProbeGroupSeen(True)]
 
 
 # -- what conforms -------------------------------------------------------------------
 
 # lookup, flush, probe, post, then the first lookup after a flush delivers the verdict
 ROUND_TRIP: list[Observation] = [
-    Lookup(K0, "A", None), Flush(), TakeBatch(True), TierCall((K0,), "A", TRUE),
-    ProbeGroup(True), Post(True), Flush(), Lookup(K0, "A", True),
+    LookupSeen(K0, "A", None), FlushSeen(), TakeBatchSeen(True), TierCallSeen((K0,), "A", TRUE),
+    ProbeGroupSeen(True), PostSeen(True), FlushSeen(), LookupSeen(K0, "A", True),
 ]
 
 
 def test_a_lookup_round_trip_conforms() -> None:
-    """Lookup, flush, probe, post, then the first lookup after a flush delivers the verdict."""
+    """LookupSeen, flush, probe, post, then the first lookup after a flush delivers the verdict."""
     checker = feed(
-        [Lookup(K0, "A", None), Flush(), *probed(K0, "A", TRUE), Post(True),
-         Flush(), Lookup(K0, "A", True)]
+        [LookupSeen(K0, "A", None), FlushSeen(), *probed(K0, "A", TRUE), PostSeen(True),
+         FlushSeen(), LookupSeen(K0, "A", True)]
     )
     assert len(checker.states) == 1
 
@@ -83,27 +83,30 @@ def test_a_lookup_round_trip_conforms() -> None:
 def test_an_early_drain_in_lookup_is_allowed() -> None:
     """A lookup may apply posted results even when no flush happened since the last drain."""
     base: list[Observation] = [
-        Lookup(K0, "A", None), Flush(), Lookup(K1, "A", None),  # this lookup drained
-        *probed(K0, "A", TRUE), Post(True),
+        LookupSeen(K0, "A", None), FlushSeen(), LookupSeen(K1, "A", None),  # this lookup drained
+        *probed(K0, "A", TRUE), PostSeen(True),
     ]
-    feed([*base, Lookup(K0, "A", True)])
-    feed([*base, Lookup(K0, "A", None)])
+    feed([*base, LookupSeen(K0, "A", True)])
+    feed([*base, LookupSeen(K0, "A", None)])
 
 
 def test_request_groups_may_be_probed_in_any_order() -> None:
     """The worker may probe the second request's group of a batch first."""
     feed(
-        [Lookup(K0, "A", None), Lookup(K1, "B", None), Flush(), TakeBatch(True),
-         TierCall((K1,), "B", TRUE), ProbeGroup(True), TierCall((K0,), "A", FALSE),
-         ProbeGroup(True), Post(True), Flush(), Lookup(K0, "A", False), Lookup(K1, "B", True)]
+        [LookupSeen(K0, "A", None), LookupSeen(K1, "B", None), FlushSeen(), TakeBatchSeen(True),
+         TierCallSeen((K1,), "B", TRUE), ProbeGroupSeen(True), TierCallSeen((K0,), "A", FALSE),
+         ProbeGroupSeen(True), PostSeen(True), FlushSeen(), LookupSeen(K0, "A", False),
+         LookupSeen(K1, "B", True)]
     )
 
 
 def test_threaded_mode_hides_take_batch_and_post() -> None:
     """In threaded mode a verdict may or may not be visible before the worker settles."""
-    base: list[Observation] = [Lookup(K0, "A", None), Flush(), TierCall((K0,), "A", TRUE)]
-    feed([*base, Flush(), Lookup(K0, "A", True)], threaded=True)
-    feed([*base, Flush(), Lookup(K0, "A", None)], threaded=True)
+    base: list[Observation] = [
+        LookupSeen(K0, "A", None), FlushSeen(), TierCallSeen((K0,), "A", TRUE)
+    ]
+    feed([*base, FlushSeen(), LookupSeen(K0, "A", True)], threaded=True)
+    feed([*base, FlushSeen(), LookupSeen(K0, "A", None)], threaded=True)
 
 
 def test_a_faulty_answer_allows_false_or_the_bool_given() -> None:
@@ -123,14 +126,16 @@ def test_a_proper_answer_allows_exactly_its_values() -> None:
 
 def test_calls_after_shutdown_raising_the_closed_error_conform() -> None:
     """After shutdown every call raises the closed-manager error; shutdown stays idempotent."""
-    feed([Shutdown(), Lookup(K0, "A", None, CLOSED), Flush(CLOSED), Shutdown()])
+    feed([ShutdownSeen(), LookupSeen(K0, "A", None, CLOSED), FlushSeen(CLOSED), ShutdownSeen()])
 
 
 def test_settled_makes_posted_results_certain() -> None:
     """After the worker settled, the first lookup after a flush must deliver the verdict."""
-    base: list[Observation] = [Lookup(K0, "A", None), Flush(), TierCall((K0,), "A", TRUE),
-                               Settled(), Flush()]
-    violation = first_violation([*base, Lookup(K0, "A", None)], threaded=True)
+    base: list[Observation] = [
+        LookupSeen(K0, "A", None), FlushSeen(), TierCallSeen((K0,), "A", TRUE), Settled(),
+        FlushSeen(),
+    ]
+    violation = first_violation([*base, LookupSeen(K0, "A", None)], threaded=True)
     assert violation.number == 6
 
 
@@ -140,8 +145,8 @@ def test_settled_makes_posted_results_certain() -> None:
 def test_probing_a_cleaned_up_entry_is_property_1() -> None:
     """A tier call for an entry cleaned up before the flush breaks property 1."""
     violation = first_violation(
-        [Lookup(K0, "A", None), Cleanup("A"), Flush(), TakeBatch(True),
-         TierCall((K0,), "A", FALSE)]
+        [LookupSeen(K0, "A", None), CleanupSeen("A"), FlushSeen(), TakeBatchSeen(True),
+         TierCallSeen((K0,), "A", FALSE)]
     )
     assert violation.number == 1
 
@@ -149,8 +154,8 @@ def test_probing_a_cleaned_up_entry_is_property_1() -> None:
 def test_probing_a_stale_duplicate_is_property_1() -> None:
     """A call holding a key twice (a stale entry beside the live one) breaks property 1."""
     violation = first_violation(
-        [Lookup(K0, "A", None), Cleanup("A"), Lookup(K0, "A", None), Flush(),
-         TakeBatch(True), TierCall((K0, K0), "A", Answer((False, False)))]
+        [LookupSeen(K0, "A", None), CleanupSeen("A"), LookupSeen(K0, "A", None), FlushSeen(),
+         TakeBatchSeen(True), TierCallSeen((K0, K0), "A", Answer((False, False)))]
     )
     assert violation.number == 1
 
@@ -158,46 +163,50 @@ def test_probing_a_stale_duplicate_is_property_1() -> None:
 def test_a_stale_verdict_is_property_2() -> None:
     """A verdict from an old generation, after mark_present, breaks property 2."""
     violation = first_violation(
-        [Lookup(K0, "A", None), Flush(), MarkPresent((K0,)), *probed(K0, "A", FALSE),
-         Post(True), Lookup(K0, "A", False)]
+        [LookupSeen(K0, "A", None), FlushSeen(), MarkPresentSeen((K0,)), *probed(K0, "A", FALSE),
+         PostSeen(True), LookupSeen(K0, "A", False)]
     )
     assert violation.number == 2
 
 
 def test_mark_miss_forcing_a_pending_probe_is_property_3() -> None:
     """A False verdict on a PENDING probe that mark_miss named breaks property 3."""
-    violation = first_violation([Lookup(K0, "A", None), MarkMiss((K0,)), Lookup(K0, "A", False)])
+    violation = first_violation([LookupSeen(K0, "A", None), MarkMissSeen((K0,)),
+                                 LookupSeen(K0, "A", False)])
     assert violation.number == 3
 
 
 def test_a_missing_verdict_is_property_6() -> None:
     """None where the drained verdict must be visible breaks property 6."""
     violation = first_violation(
-        [Lookup(K0, "A", None), Flush(), *probed(K0, "A", TRUE), Post(True), Flush(),
-         Lookup(K0, "A", None)]
+        [LookupSeen(K0, "A", None), FlushSeen(), *probed(K0, "A", TRUE), PostSeen(True),
+         FlushSeen(),
+         LookupSeen(K0, "A", None)]
     )
     assert violation.number == 6
 
 
 def test_a_post_that_posts_nothing_is_property_6() -> None:
     """A worker that answered but posts nothing (zip truncation) breaks property 6."""
-    violation = first_violation([Lookup(K0, "A", None), Flush(), *probed(K0, "A", Answer()),
-                                 Post(False)])
+    violation = first_violation([LookupSeen(K0, "A", None), FlushSeen(), *probed(K0, "A", Answer()),
+                                 PostSeen(False)])
     assert violation.number == 6
 
 
 def test_a_worker_step_that_raises_is_property_7() -> None:
     """A worker step that lets the tier's exception escape breaks property 7."""
     violation = first_violation(
-        [Lookup(K0, "A", None), Flush(), TakeBatch(True),
-         TierCall((K0,), "A", Answer(raises=True, lazy=True)), ProbeGroup(False, "TierFault")]
+        [LookupSeen(K0, "A", None), FlushSeen(), TakeBatchSeen(True),
+         TierCallSeen((K0,), "A", Answer(raises=True, lazy=True)),
+             ProbeGroupSeen(False, "TierFault")]
     )
     assert violation.number == 7
 
 
 def test_a_dead_worker_is_property_7() -> None:
     """A worker thread that died before shutdown breaks property 7."""
-    violation = first_violation([Lookup(K0, "A", None), Flush(), WorkerDied()], threaded=True)
+    violation = first_violation([LookupSeen(K0, "A", None), FlushSeen(),
+                                 WorkerDied()], threaded=True)
     assert violation.number == 7
 
 
@@ -205,8 +214,8 @@ def test_raising_on_a_stale_result_for_a_resolved_probe_is_property_3() -> None:
     """An IUT that raises while a drain is due to apply a stale result to a key whose
     current probe has its verdict (applied by key: a second verdict) breaks property 3."""
     violation = first_violation(
-        [Lookup(K0, "A", None), Flush(), *probed(K0, "A", FALSE), Post(True),
-         MarkPresent((K0,)), DrainResults("AssertionError: a second verdict")]
+        [LookupSeen(K0, "A", None), FlushSeen(), *probed(K0, "A", FALSE), PostSeen(True),
+         MarkPresentSeen((K0,)), DrainSeen("AssertionError: a second verdict")]
     )
     assert violation.number == 3 and "stale result" in violation.detail
 
@@ -215,8 +224,8 @@ def test_raising_on_a_result_mark_miss_forced_is_property_3() -> None:
     """An IUT that raises while a drain is due to apply the result of a probe that
     mark_miss named while it was in flight breaks property 3 (the shipped bug)."""
     violation = first_violation(
-        [Lookup(K0, "A", None), Flush(), MarkMiss((K0,)), *probed(K0, "A", FALSE),
-         Post(True), DrainResults("AssertionError: a second verdict")]
+        [LookupSeen(K0, "A", None), FlushSeen(), MarkMissSeen((K0,)), *probed(K0, "A", FALSE),
+         PostSeen(True), DrainSeen("AssertionError: a second verdict")]
     )
     assert violation.number == 3 and "mark_miss" in violation.detail
 
@@ -225,16 +234,16 @@ def test_an_orphans_verdict_delivered_to_a_new_requester_is_property_2() -> None
     """A lookup returning the verdict of an orphaned probe's result, which should
     have deleted the probe, breaks property 2 (and is not blamed on mark_miss)."""
     violation = first_violation(
-        [Lookup(K0, "A", None), Flush(), MarkMiss((K0,)), TakeBatch(True),
-         TierCall((K0,), "A", FALSE), ProbeGroup(True), Cleanup("A"), Post(True),
-         Lookup(K0, "B", False)]
+        [LookupSeen(K0, "A", None), FlushSeen(), MarkMissSeen((K0,)), TakeBatchSeen(True),
+         TierCallSeen((K0,), "A", FALSE), ProbeGroupSeen(True), CleanupSeen("A"), PostSeen(True),
+         LookupSeen(K0, "B", False)]
     )
     assert violation.number == 2 and "orphaned probe" in violation.detail
 
 
 def test_raising_with_nothing_due_is_property_7() -> None:
     """An IUT that raises from a drain with nothing to apply breaks property 7."""
-    violation = first_violation([Lookup(K0, "A", None), DrainResults("KeyError: k0")])
+    violation = first_violation([LookupSeen(K0, "A", None), DrainSeen("KeyError: k0")])
     assert violation.number == 7
 
 
@@ -242,10 +251,10 @@ def _orphans_cleaned_up(n: int, tagged_kept: int) -> Checker:
     """A checker that saw ``n`` requests each cleaned up while its probe was in flight."""
     checker = Checker(hidden_worker=False, tagged_kept=tagged_kept)
     pairs = [(f"k{i}".encode(), f"R{i}") for i in range(n)]
-    seen: list[Observation] = [Lookup(k, r, None) for k, r in pairs]
-    seen += [Flush(), TakeBatch(True)]
-    seen += [o for k, r in pairs for o in (TierCall((k,), r, FALSE), ProbeGroup(True))]
-    seen += [Cleanup(r) for _, r in pairs]
+    seen: list[Observation] = [LookupSeen(k, r, None) for k, r in pairs]
+    seen += [FlushSeen(), TakeBatchSeen(True)]
+    seen += [o for k, r in pairs for o in (TierCallSeen((k,), r, FALSE), ProbeGroupSeen(True))]
+    seen += [CleanupSeen(r) for _, r in pairs]
     for obs in seen:
         assert checker.observe(obs) is None
     return checker
@@ -260,9 +269,9 @@ def test_wasteful_cleanup_variants_are_bounded() -> None:
 
 def test_tables_left_when_the_spec_holds_nothing_are_property_5() -> None:
     """A snapshot with entries after the last request's cleanup, all drained, breaks property 5."""
-    checker = feed([*ROUND_TRIP, Cleanup("A")])
+    checker = feed([*ROUND_TRIP, CleanupSeen("A")])
     assert checker.expects_empty()
-    violation = first_violation([*ROUND_TRIP, Cleanup("A"), Leftover("_req_keys={'A': ...}")])
+    violation = first_violation([*ROUND_TRIP, CleanupSeen("A"), Leftover("_req_keys={'A': ...}")])
     assert violation.number == 5
 
 
@@ -274,7 +283,8 @@ def test_tables_held_while_the_spec_holds_something_are_allowed() -> None:
 
 def test_a_tier_call_that_never_comes_is_property_6() -> None:
     """An owed tier call that does not come within the bound, worker alive, breaks property 6."""
-    violation = first_violation([Lookup(K0, "A", None), Flush(), Stalled("tier call", True)],
+    violation = first_violation([LookupSeen(K0, "A", None), FlushSeen(), Stalled("tier call",
+                                 True)],
                                 threaded=True)
     assert violation.number == 6
 
@@ -282,27 +292,27 @@ def test_a_tier_call_that_never_comes_is_property_6() -> None:
 def test_probing_with_another_requests_context_is_property_9() -> None:
     """A key probed with the context of a request that joined it, not the batched one, is 9."""
     violation = first_violation(
-        [Lookup(K0, "A", None), Lookup(K0, "B", None), Flush(), TakeBatch(True),
-         TierCall((K0,), "B", FALSE)]
+        [LookupSeen(K0, "A", None), LookupSeen(K0, "B", None), FlushSeen(), TakeBatchSeen(True),
+         TierCallSeen((K0,), "B", FALSE)]
     )
     assert violation.number == 9
 
 
 def test_a_call_after_shutdown_that_returns_is_a_usage_violation() -> None:
     """A call after shutdown must raise the closed-manager error; returning is a usage error."""
-    violation = first_violation([Shutdown(), Flush()])
+    violation = first_violation([ShutdownSeen(), FlushSeen()])
     assert (violation.number, violation.kind) == (None, "usage")
 
 
 def test_an_exception_before_shutdown_is_property_7() -> None:
     """A scheduler call that raises while the spec's action is enabled breaks property 7."""
-    violation = first_violation([Lookup(K0, "A", None, "AssertionError: enqueue once")])
+    violation = first_violation([LookupSeen(K0, "A", None, "AssertionError: enqueue once")])
     assert violation.number == 7
 
 
 def test_a_violation_keeps_the_last_possible_states() -> None:
     """The report shows the spec states that were possible just before the observation."""
-    violation = first_violation([Lookup(K0, "A", None), Lookup(K0, "A", True)])
+    violation = first_violation([LookupSeen(K0, "A", None), LookupSeen(K0, "A", True)])
     assert violation.index == 1 and violation.states[0].batch != ()
 
 
@@ -312,8 +322,9 @@ def test_a_violation_keeps_the_last_possible_states() -> None:
 def test_reprobing_after_cleanup_of_an_in_flight_probe_is_a_warning() -> None:
     """A second probe of a key whose in-flight probe was cleaned up is a property-8 warning."""
     checker = feed(
-        [Lookup(K0, "A", None), Flush(), Cleanup("A"), Lookup(K0, "B", None), Flush(),
-         *probed(K0, "A", FALSE), Post(True), *probed(K0, "B", FALSE)]
+        [LookupSeen(K0, "A", None), FlushSeen(), CleanupSeen("A"), LookupSeen(K0, "B", None),
+         FlushSeen(),
+         *probed(K0, "A", FALSE), PostSeen(True), *probed(K0, "B", FALSE)]
     )
     assert [w.number for w in checker.warnings] == [8]
 
@@ -321,8 +332,9 @@ def test_reprobing_after_cleanup_of_an_in_flight_probe_is_a_warning() -> None:
 def test_the_efficient_behaviour_raises_no_warning() -> None:
     """Joining the orphaned in-flight probe instead of probing again keeps property 8."""
     checker = feed(
-        [Lookup(K0, "A", None), Flush(), Cleanup("A"), Lookup(K0, "B", None), Flush(),
-         *probed(K0, "A", TRUE), Post(True), Flush(), Lookup(K0, "B", True)]
+        [LookupSeen(K0, "A", None), FlushSeen(), CleanupSeen("A"), LookupSeen(K0, "B", None),
+         FlushSeen(),
+         *probed(K0, "A", TRUE), PostSeen(True), FlushSeen(), LookupSeen(K0, "B", True)]
     )
     assert checker.warnings == []
 
@@ -330,19 +342,21 @@ def test_the_efficient_behaviour_raises_no_warning() -> None:
 def test_too_many_possible_states_raise_the_limit_error() -> None:
     """When the possible states outgrow the bound, the checker says it cannot judge."""
     checker = Checker(hidden_worker=True, max_states=2)
-    start: list[Observation] = [Lookup(K0, "A", None), Lookup(K1, "B", None), Flush(), Flush()]
+    start: list[Observation] = [LookupSeen(K0, "A", None), LookupSeen(K1, "B", None), FlushSeen(),
+        FlushSeen()]
     for obs in start:
         checker.observe(obs)
     with pytest.raises(OracleLimitError):
-        checker.observe(TierCall((K0,), "A", Answer((True,), raises=True, lazy=True)))
-        checker.observe(TierCall((K1,), "B", Answer((True,), raises=True, lazy=True)))
-        checker.observe(DrainResults())
+        checker.observe(TierCallSeen((K0,), "A", Answer((True,), raises=True, lazy=True)))
+        checker.observe(TierCallSeen((K1,), "B", Answer((True,), raises=True, lazy=True)))
+        checker.observe(DrainSeen())
 
 
 def test_probing_for_a_cleaned_up_request_is_property_1_not_9() -> None:
     """A key re-asked by another request, probed for the cleaned-up one, breaks property 1."""
     violation = first_violation(
-        [Lookup(K0, "A", None), Cleanup("A"), Lookup(K0, "B", None), Flush(), TakeBatch(True),
-         TierCall((K0,), "A", FALSE)]
+        [LookupSeen(K0, "A", None), CleanupSeen("A"), LookupSeen(K0, "B", None), FlushSeen(),
+         TakeBatchSeen(True),
+         TierCallSeen((K0,), "A", FALSE)]
     )
     assert violation.number == 1

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from spec.oracle_driver import ConformanceError
-from spec.oracle_machine import FuzzConfig, run
+from asynclookup.conformance.driver import ConformanceError
+from asynclookup.conformance.machine import FuzzConfig, run
 from tests.mutants_reference import VARIANTS
 
 # A seed per variant that finds it early with the machine as it is; any seed

@@ -2,7 +2,7 @@
 
 ``TestReferenceStepped`` is the machine as a plain pytest test case, so pytest
 (and pytest-xdist, and HypoFuzz, which fuzzes the test cases pytest collects)
-can run it; the other tests run it through ``spec.oracle_machine.run`` as the
+can run it; the other tests run it through ``asynclookup.conformance.machine.run`` as the
 CLI does.  Examples are few and seeded: these pin that the reference conforms
 on every tier and in both modes, not that the search is exhaustive.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, settings
 
-from spec.adapter import Plan
-from spec.oracle_driver import ConformanceError, Driver
-from spec.oracle_machine import FuzzConfig, machine_class, run
+from asynclookup.conformance.adapter import Plan
+from asynclookup.conformance.driver import ConformanceError, Driver
+from asynclookup.conformance.machine import FuzzConfig, machine_class, run
 from tests.redis_server import RedisServer
 
 TestReferenceStepped = machine_class(FuzzConfig()).TestCase
@@ -61,14 +61,14 @@ def test_the_reference_raises_its_closed_error_after_shutdown() -> None:
 
 def test_a_returning_call_after_shutdown_is_reported() -> None:
     """An IUT whose calls after shutdown return normally is a usage violation."""
-    from reference import AsyncLookupManager
+    from asynclookup.reference import AsyncLookupManager
 
     class ForgivingAfterShutdown(AsyncLookupManager):
         def flush(self) -> None:
             if not self.closed:
                 super().flush()
 
-    from spec.adapter import ReferenceAdapter
+    from asynclookup.conformance.adapter import ReferenceAdapter
 
     driver = Driver(lambda tier, mode: ReferenceAdapter(ForgivingAfterShutdown, tier, mode))
     driver.shutdown()

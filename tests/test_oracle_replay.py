@@ -1,4 +1,4 @@
-"""Counterexamples replay, shrink and run as standalone pytest files (spec.oracle_replay).
+"""Counterexamples replay, shrink and run as standalone pytest files (conformance.replay).
 
 The replay file of a kill must fail under pytest on the variant and pass on the
 reference; shrinking must keep the property and never lengthen the example.
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from spec.adapter import Plan
-from spec.oracle_driver import ConformanceError, Driver
-from spec.oracle_replay import replay, replay_file, shrink
-from spec.vllm_adapter import impl_factory
+from asynclookup.conformance.adapter import Plan
+from asynclookup.conformance.driver import ConformanceError, Driver
+from asynclookup.conformance.replay import replay, replay_file, shrink
+from asynclookup.conformance.vllm import impl_factory
 from tests.zoo.vllm_shaped import ResultEntry, VllmShapedManager
 
 ROOT = Path(__file__).resolve().parent.parent

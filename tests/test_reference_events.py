@@ -1,7 +1,7 @@
 """The observation hook: which events come out, in which order, with which fields.
 
 The oracle and the trace recorder read these events, so their names, fields
-and order are part of the API (reference.events.KINDS).
+and order are part of the API (asynclookup.reference.events.KINDS).
 """
 
 from __future__ import annotations
@@ -10,8 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from reference import AsyncLookupManager, Event, EventRecorder, InMemoryTier, RequestContext
-from reference.events import KINDS
+from asynclookup.reference import (
+    AsyncLookupManager,
+    Event,
+    EventRecorder,
+    InMemoryTier,
+    RequestContext,
+)
+from asynclookup.reference.events import KINDS
 
 R1, R2 = RequestContext("r1"), RequestContext("r2")
 A, B = b"a", b"b"

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from reference import AsyncLookupManager, Event, InMemoryTier, Phase, RequestContext
+from asynclookup.reference import AsyncLookupManager, Event, InMemoryTier, Phase, RequestContext
 
 R1, R2 = RequestContext("r1"), RequestContext("r2")
 A, B, C = b"a", b"b", b"c"

@@ -11,7 +11,13 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from reference import AsyncLookupManager, EventRecorder, InMemoryTier, Phase, RequestContext
+from asynclookup.reference import (
+    AsyncLookupManager,
+    EventRecorder,
+    InMemoryTier,
+    Phase,
+    RequestContext,
+)
 
 R1, R2 = RequestContext("r1"), RequestContext("r2")
 K = b"k"
@@ -53,7 +59,7 @@ def in_flight(manager: AsyncLookupManager, key: bytes, request: RequestContext) 
     assert manager.worker.take_batch()
 
 
-# -- cleanup before flush (the seed, vLLM #55823) --------------------------------
+# -- cleanup before flush (the seed, vLLM #55075) --------------------------------
 
 
 def test_cleanup_before_flush_submits_nothing(

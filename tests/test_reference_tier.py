@@ -16,7 +16,7 @@ from typing import cast
 
 import pytest
 
-from reference import (
+from asynclookup.reference import (
     AsyncLookupManager,
     Event,
     InMemoryTier,

@@ -17,9 +17,15 @@ from collections.abc import Iterable
 
 import pytest
 
-from reference import AsyncLookupManager, Event, EventRecorder, InMemoryTier, RequestContext
-from reference.manager import IN_FLIGHT, RESOLVED
-from tests.event_checks import TraceCheck, as_spec_state, check_trace
+from asynclookup.reference import (
+    AsyncLookupManager,
+    Event,
+    EventRecorder,
+    InMemoryTier,
+    RequestContext,
+)
+from asynclookup.reference.manager import IN_FLIGHT, RESOLVED
+from tests.event_checks import TraceCheck, as_spec_state, replay_events
 
 # -- the checker catches planted bugs ---------------------------------------------------
 
@@ -109,24 +115,24 @@ FORCED_MISS = ("lookup r1", "flush", "mark_miss", "lookup r1", "worker", "flush"
 @pytest.mark.parametrize("scenario", [SEED_BUG, LATE_RESULT, FORCED_MISS])
 def test_checker_accepts_the_reference(scenario: tuple[str, ...]) -> None:
     """The checker finds nothing wrong in the reference's own trace of each scenario."""
-    assert check_trace(record(AsyncLookupManager, *scenario)) == []
+    assert replay_events(record(AsyncLookupManager, *scenario)) == []
 
 
 def test_checker_catches_flush_without_revalidation() -> None:
     """The seed bug (a cleaned-up entry submitted) is reported as property 1."""
-    errors = check_trace(record(FlushWithoutRevalidation, *SEED_BUG))
+    errors = replay_events(record(FlushWithoutRevalidation, *SEED_BUG))
     assert any("property 1 :" in e for e in errors)
 
 
 def test_checker_catches_results_applied_by_key() -> None:
     """A stale result applied to the key's newer probe is reported as property 2."""
-    errors = check_trace(record(ResultsAppliedByKey, *LATE_RESULT))
+    errors = replay_events(record(ResultsAppliedByKey, *LATE_RESULT))
     assert any("property 2 :" in e for e in errors)
 
 
 def test_checker_catches_mark_miss_forcing_a_verdict() -> None:
     """mark_miss forcing a verdict on an IN_FLIGHT probe is reported (its lookup sees it)."""
-    errors = check_trace(record(MarkMissForcesResolved, *FORCED_MISS))
+    errors = replay_events(record(MarkMissForcesResolved, *FORCED_MISS))
     assert any("property 2 :" in e for e in errors)
 
 
@@ -134,7 +140,7 @@ def test_checker_catches_a_duplicated_post() -> None:
     """A result posted twice (a second verdict for one generation) is reported."""
     events = record(AsyncLookupManager, "lookup r1", "flush", "worker", "flush")
     post = next(i for i, e in enumerate(events) if e.kind == "post")
-    errors = check_trace(events[: post + 1] + events[post:])
+    errors = replay_events(events[: post + 1] + events[post:])
     assert any("property 3 :" in e for e in errors)
 
 
@@ -142,7 +148,7 @@ def test_checker_catches_a_tier_call_for_an_unsubmitted_key() -> None:
     """A tier call naming a key no flush submitted is reported."""
     events = record(AsyncLookupManager, "lookup r1", "flush", "worker")
     forged = Event("tier_call_started", "worker", {"keys": (b"zzz",), "request": "r1"})
-    assert any("property 1 :" in e for e in check_trace([*events[:-1], forged]))
+    assert any("property 1 :" in e for e in replay_events([*events[:-1], forged]))
 
 
 def test_state_comparison_catches_a_bug_the_events_hide() -> None:
@@ -162,7 +168,7 @@ def test_checker_catches_a_lookup_that_does_not_nest() -> None:
     """A lookup_returned without its lookup_called is reported as a malformed trace."""
     events = record(AsyncLookupManager, "lookup r1", "flush")
     called = next(i for i, e in enumerate(events) if e.kind == "lookup_called")
-    errors = check_trace(events[:called] + events[called + 1 :])
+    errors = replay_events(events[:called] + events[called + 1 :])
     assert any("without its lookup_called" in e for e in errors)
 
 
@@ -171,5 +177,5 @@ def test_checker_catches_non_bool_verdicts() -> None:
     events = record(AsyncLookupManager, "lookup r1", "flush", "worker")
     i = next(i for i, e in enumerate(events) if e.kind == "tier_call_finished")
     forged = Event("tier_call_finished", "worker", {**events[i].fields, "verdicts": (1,)})
-    errors = check_trace([*events[:i], forged, *events[i + 1 :]])
+    errors = replay_events([*events[:i], forged, *events[i + 1 :]])
     assert any("property 7 : the worker derived non-bool" in e for e in errors)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from spec.core import (
+from asynclookup.spec.core import (
     INITIAL,
     TRANSITIONS,
     Action,
@@ -37,7 +37,7 @@ from spec.core import (
     TierCall,
     step,
 )
-from spec.properties import phases_match_pipeline_inv
+from asynclookup.spec.properties import phases_match_pipeline_inv
 
 K, J, L = b"k", b"j", b"l"
 A, B = "A", "B"

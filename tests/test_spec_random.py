@@ -2,9 +2,9 @@
 
 The driver draws, at each step, one action among those *enabled* in the current
 state (over two keys and three requests), so no run is thrown away by
-``assume()``; after every step it asks ``spec.properties.violated`` and the
+``assume()``; after every step it asks ``asynclookup.spec.properties.violated`` and the
 contracts' ``well_formed``.  The same driver over a broken table
-(``spec.variants``) must report the broken property: a test that cannot fail
+(``asynclookup.spec.variants``) must report the broken property: a test that cannot fail
 proves nothing.  A small exhaustive search adds that every state reachable in a
 few steps is ``well_formed``, so the CrossHair contracts' precondition never
 excludes a state the protocol can reach.
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from spec.core import (
+from asynclookup.spec.core import (
     INITIAL,
     TRANSITIONS,
     Action,
@@ -40,8 +40,8 @@ from spec.core import (
     step,
     well_formed,
 )
-from spec.properties import violated
-from spec.variants import VARIANTS
+from asynclookup.spec.properties import violated
+from asynclookup.spec.variants import VARIANTS
 
 KEYS = (b"k0", b"k1")
 REQUESTS = ("A", "B", "C")

@@ -29,13 +29,20 @@ from typing import Any
 
 import pytest
 
-import reference.worker
-from reference import AsyncLookupManager, Event, RequestContext, Snapshot, Tier, WorkerHealth
-from reference.faulty import CallRecord, Faults, FaultyTier
-from reference.fs_tier import FilesystemTier
-from reference.redis_tier import RedisTier
-from reference.tier import InMemoryTier
-from spec.properties import SOMETIMES, quiescent
+import asynclookup.reference.worker
+from asynclookup.reference import (
+    AsyncLookupManager,
+    Event,
+    RequestContext,
+    Snapshot,
+    Tier,
+    WorkerHealth,
+)
+from asynclookup.reference.faulty import CallRecord, Faults, FaultyTier
+from asynclookup.reference.fs_tier import FilesystemTier
+from asynclookup.reference.redis_tier import RedisTier
+from asynclookup.reference.tier import InMemoryTier
+from asynclookup.spec.properties import SOMETIMES, quiescent
 from tests.event_checks import (
     History,
     Watcher,
@@ -202,17 +209,17 @@ def test_stress_fails_when_the_worker_turns_exceptions_into_present(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A worker whose tier boundary answers True for a raising tier fails the stress checks."""
-    real_ask_tier = reference.worker.ask_tier
+    real_ask_tier = asynclookup.reference.worker.ask_tier
 
     def exceptions_become_present(
         tier: Tier, keys: Sequence[bytes], context: RequestContext
-    ) -> reference.worker.TierAnswer:
+    ) -> asynclookup.reference.worker.TierAnswer:
         answer = real_ask_tier(tier, keys, context)
         if answer.failure is not None and answer.failure.startswith("raised"):
-            return reference.worker.TierAnswer([True] * len(keys), None)
+            return asynclookup.reference.worker.TierAnswer([True] * len(keys), None)
         return answer
 
-    monkeypatch.setattr(reference.worker, "ask_tier", exceptions_become_present)
+    monkeypatch.setattr(asynclookup.reference.worker, "ask_tier", exceptions_become_present)
     run = run_stress(FilesystemTier(tmp_path, sync=False), steps=300, seed=11)
     with pytest.raises(AssertionError):
         assert_clean(run)

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from reference.fs_tier import FilesystemTier
-from reference.redis_tier import RedisTier
-from reference.tier import InMemoryTier, RequestContext, Tier
+from asynclookup.reference.fs_tier import FilesystemTier
+from asynclookup.reference.redis_tier import RedisTier
+from asynclookup.reference.tier import InMemoryTier, RequestContext, Tier
 from tests.redis_server import RedisServer
 
 CTX = RequestContext("contract")
@@ -334,9 +334,10 @@ def test_reference_imports_without_redis_py() -> None:
     """Without redis-py, ``import reference`` works and RedisTier says what to install."""
     script = (
         "import sys; sys.modules['redis'] = None\n"
-        "import reference, reference.redis_tier, reference.fs_tier, reference.faulty\n"
+        "import asynclookup.reference, asynclookup.reference.redis_tier\n"
+        "import asynclookup.reference.fs_tier, asynclookup.reference.faulty\n"
         "try:\n"
-        "    reference.redis_tier.RedisTier()\n"
+        "    asynclookup.reference.redis_tier.RedisTier()\n"
         "except ImportError as e:\n"
         "    print(e)\n"
     )

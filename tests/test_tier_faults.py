@@ -26,12 +26,12 @@ from pathlib import Path
 
 import pytest
 
-from reference import AsyncLookupManager, RequestContext, Tier
-from reference.faulty import KINDS, Faults, FaultyTier, InjectedFault
-from reference.fs_tier import FilesystemTier
-from reference.redis_tier import RedisTier
-from reference.tier import InMemoryTier
-from reference.worker import ask_tier
+from asynclookup.reference import AsyncLookupManager, RequestContext, Tier
+from asynclookup.reference.faulty import KINDS, Faults, FaultyTier, InjectedFault
+from asynclookup.reference.fs_tier import FilesystemTier
+from asynclookup.reference.redis_tier import RedisTier
+from asynclookup.reference.tier import InMemoryTier
+from asynclookup.reference.worker import ask_tier
 from tests.event_checks import Watcher
 from tests.redis_server import RedisServer
 

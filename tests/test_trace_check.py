@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from spec.trace_check import TRIM_EVERY, TraceChecker, check_lines
-from spec.trace_format import Header, TraceEvent, read_trace
-from spec.trace_report import run
+from asynclookup.trace.check import TRIM_EVERY, TraceChecker, check_lines
+from asynclookup.trace.format import Header, TraceEvent, read_trace
+from asynclookup.trace.report import run
 
 TRACES = Path(__file__).parent / "traces"
 HEADER = {"format": "asynclookup-trace", "version": 1, "recorder": "t", "worker_steps": False}
@@ -225,7 +225,7 @@ def test_parsed_hand_traces_are_well_formed() -> None:
 
 def test_command_line_runs_the_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
     """``asynclookup check-trace FILE --json`` checks the file and returns the exit code."""
-    from spec.cli import main
+    from asynclookup.cli import main
 
     path = TRACES / "mark_miss_forces_resolved.jsonl"
     assert main(["check-trace", str(path), "--json"]) == 1

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from spec.trace_format import EVENTS, Header, TraceEvent, TraceFormatError, read_trace
-from spec.trace_report import run
-from spec.trace_schema import build_schema, schema_text
+from asynclookup.trace.format import EVENTS, Header, TraceEvent, TraceFormatError, read_trace
+from asynclookup.trace.report import run
+from asynclookup.trace.schema import build_schema, schema_text
 
 HEADER = (
     '{"format": "asynclookup-trace", "version": 1, "recorder": "test", "worker_steps": false}'
@@ -169,8 +169,8 @@ def test_failure_items_keep_non_bools_as_strings() -> None:
 
 
 def test_shipped_schema_is_the_one_built_from_the_table() -> None:
-    """spec/trace.schema.json is exactly what build_schema derives from EVENTS."""
-    shipped = Path(__file__).parent.parent / "spec" / "trace.schema.json"
+    """asynclookup/trace/trace.schema.json is exactly what build_schema derives from EVENTS."""
+    shipped = Path(__file__).parent.parent / "asynclookup" / "trace" / "trace.schema.json"
     assert shipped.read_text(encoding="utf-8") == schema_text()
 
 

@@ -13,12 +13,18 @@ from typing import Any
 
 import pytest
 
-from reference.events import Event, EventRecorder
-from reference.faulty import Faults, FaultyTier
-from reference.fs_tier import FilesystemTier
-from reference.tier import InMemoryTier, RequestContext, Tier
-from reference.trace import TraceWriter, VllmRecorder, _reference_answer, record_trace, record_vllm
-from spec.trace_check import Outcome, check_lines
+from asynclookup.reference.events import Event, EventRecorder
+from asynclookup.reference.faulty import Faults, FaultyTier
+from asynclookup.reference.fs_tier import FilesystemTier
+from asynclookup.reference.tier import InMemoryTier, RequestContext, Tier
+from asynclookup.reference.trace import (
+    TraceWriter,
+    VllmRecorder,
+    _reference_answer,
+    record_trace,
+    record_vllm,
+)
+from asynclookup.trace.check import Outcome, check_lines
 from tests.redis_server import RedisServer
 from tests.zoo.vllm_shaped import VllmShapedManager
 
@@ -98,7 +104,7 @@ def tier(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tier]:
         (tmp_path / "blocks").mkdir()
         yield FilesystemTier(tmp_path / "blocks", sync=False)
     elif request.param == "redis":
-        from reference.redis_tier import RedisTier
+        from asynclookup.reference.redis_tier import RedisTier
 
         server: RedisServer = request.getfixturevalue("redis_server")
         yield RedisTier(server.url, prefix=f"trace:{uuid.uuid4().hex}:")

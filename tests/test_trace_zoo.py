@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from reference.tier import RequestContext
-from reference.trace import record_vllm
-from spec.trace_check import Outcome, check_lines
+from asynclookup.reference.tier import RequestContext
+from asynclookup.reference.trace import record_vllm
+from asynclookup.trace.check import Outcome, check_lines
 from tests.zoo import mutants
 from tests.zoo.mutants import MUTANTS
 from tests.zoo.vllm_shaped import VllmShapedManager

@@ -1,4 +1,4 @@
-"""The broken variants of ``spec.variants``: each is a model-check target of the CLI.
+"""The broken variants of ``asynclookup.spec.variants``: each is a model-check target of the CLI.
 
 ``tests/test_model_check.py`` shows the checker finds every variant; this module
 pins that the three of ours (not shipped) are variants like the others, so
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from spec import cli
-from spec.variants import VARIANTS
+from asynclookup import cli
+from asynclookup.spec.variants import VARIANTS
 
 OURS = sorted(name for name, variant in VARIANTS.items() if not variant.shipped)
 SMALL = ["--keys", "2", "--requests", "2", "--batch-entries", "2", "--queued-batches", "1",

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from spec.cli import main
-from spec.oracle_driver import ConformanceError, Driver
-from spec.oracle_replay import shrink
-from spec.testcase import conformance_test_case, first_violation
-from spec.vllm_adapter import impl_factory
+from asynclookup.cli import main
+from asynclookup.conformance.driver import ConformanceError, Driver
+from asynclookup.conformance.replay import shrink
+from asynclookup.conformance.testcase import conformance_test_case, first_violation
+from asynclookup.conformance.vllm import impl_factory
 from tests.zoo.mutants import MUTANTS
 
 # Threaded runs do not replay exactly (the worker's timing steers the machine's

@@ -1,6 +1,6 @@
 """Broken spec actions that CrossHair must refute: the non-vacuity half of the contracts.
 
-Each bug module holds one action of ``spec.core`` with one protocol rule
+Each bug module holds one action of ``asynclookup.spec.core`` with one protocol rule
 removed and the real action's docstring, contract lines included, copied
 verbatim (a test pins that they match).  ``tests/test_crosshair.py`` asks
 CrossHair, through ``refute.py``, for a counterexample to the contract line

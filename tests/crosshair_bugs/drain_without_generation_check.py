@@ -8,7 +8,7 @@ Not part of the spec: only ``tests/test_crosshair.py`` uses it.
 
 from __future__ import annotations
 
-from spec.core import (  # noqa: F401  (the helpers are read by the contract)
+from asynclookup.spec.core import (  # noqa: F401  (the helpers are read by the contract)
     Drain,
     Phase,
     State,

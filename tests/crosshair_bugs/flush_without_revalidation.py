@@ -1,4 +1,4 @@
-"""flush that submits its whole batch without re-validating it (the seed bug, vLLM #55823).
+"""flush that submits its whole batch without re-validating it (the seed bug, vLLM #55075).
 
 An entry whose request was cleaned up, or whose probe was superseded by
 mark_present, reaches the tier.  The contract line that refutes it:
@@ -9,7 +9,7 @@ planted-bug test use it.
 
 from __future__ import annotations
 
-from spec.core import (  # noqa: F401  (well_formed, generation_of: read by the contract)
+from asynclookup.spec.core import (  # noqa: F401  (well_formed, generation_of: read by the contract)
     Entry,
     Flush,
     FlushOutput,

@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from crosshair import SymbolicFactory, register_type
 
-from spec.core import (
+from asynclookup.spec.core import (
     Cleanup,
     Entry,
     Key,

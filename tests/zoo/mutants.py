@@ -15,7 +15,7 @@ from tests.zoo.vllm_shaped import BatchEntry, HasReqId, Phase, ProbeState, VllmS
 
 
 class FlushWithoutRevalidation(VllmShapedManager):
-    """Shipped (the seed, vLLM #55823): flush submits cleaned-up entries too."""
+    """Shipped (the seed, vLLM #55075): flush submits cleaned-up entries too."""
 
     def _revalidate(self, batch: list[BatchEntry]) -> list[BatchEntry]:
         return [e for e in batch if e[0] in self._lookup_state]  # any state will do

@@ -1,0 +1,286 @@
+"""Name the PROTOCOL.md property that excludes an observation.
+
+When ``asynclookup.conformance.engine.Checker`` finds that no possible spec state explains an
+observation, ``classify`` looks at the states that were possible just before
+it and says which rule the implementation broke, in the protocol's words:
+
+- a lookup verdict no state allows: None where every state has a verdict is
+  progress (6); a verdict where the probe is still unresolved is a delivered
+  stale or forced verdict (2), or exactly-once (3) when a mark_miss named that
+  very probe while it was unresolved; a wrong bool from a faulty tier call is
+  survival (7);
+- a tier call no state owes: a key the request already shares a probe of is a
+  redundant probe (8); a key with no live submitted probe is a cleaned-up entry
+  submitted (1); owed keys in the wrong grouping or context are right context (9);
+- a worker step the spec does not allow, a stall or a dead worker: progress (6),
+  exactly once (3) or survival (7);
+- tables left in the IUT where the spec holds nothing: no leak (5).
+
+It only reads states and observations; the choice is a diagnosis for the
+report, not part of the acceptance check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Protocol
+
+from asynclookup.conformance.observations import (
+    DrainSeen,
+    FlushSeen,
+    Leftover,
+    LookupSeen,
+    Observation,
+    PostSeen,
+    ProbeGroupSeen,
+    Settled,
+    ShutdownSeen,
+    Stalled,
+    Tables,
+    TakeBatchSeen,
+    TierCallSeen,
+    WorkerDied,
+)
+from asynclookup.spec import core
+from asynclookup.spec.core import Phase, State
+
+
+class Checker(Protocol):
+    """What the classifier reads of the engine's ``Checker``: the evidence of the run so far.
+
+    A protocol, not the class itself, so that the engine imports the classifier
+    and not the reverse.
+    """
+
+    @property
+    def states(self) -> tuple[State, ...]: ...
+
+    @property
+    def stopped(self) -> bool: ...
+
+    @property
+    def flush_dropped(self) -> bool: ...
+
+    @property
+    def ever_dropped(self) -> bool: ...
+
+    @property
+    def faulty(self) -> Collection[tuple[bytes, int]]: ...
+
+    @property
+    def missed(self) -> Collection[tuple[bytes, int]]: ...
+
+    @property
+    def stale(self) -> Collection[tuple[bytes, int]]: ...
+
+    @property
+    def dropped(self) -> Collection[tuple[bytes, str]]: ...
+
+
+def classify(
+    checker: Checker, obs: Observation, before: Mapping[State, bool]
+) -> tuple[int, str]:
+    """The property number that excludes ``obs`` from ``before``, and why, in one line."""
+    states = list(before)
+    if isinstance(obs, LookupSeen):
+        return _lookup(checker, obs, states)
+    if isinstance(obs, TierCallSeen):
+        return _tier_call(checker, obs, states)
+    if isinstance(obs, TakeBatchSeen):
+        if obs.took and checker.flush_dropped:
+            return 1, (
+                "take_batch() took a batch although the last flush had only stale "
+                "entries to drop: they were submitted"
+            )
+        if obs.took:
+            return 3, "take_batch() took a batch although no flushed batch was waiting"
+        return 6, "take_batch() took nothing although a flushed batch was waiting"
+    if isinstance(obs, ProbeGroupSeen):
+        return 6, "probe_group() probed nothing although the worker holds a batch"
+    if isinstance(obs, PostSeen):
+        if obs.posted:
+            return 3, "post() posted although the worker had nothing answered"
+        return 6, "post() posted nothing although the worker had answered results"
+    if isinstance(obs, Settled):
+        return 6, "the worker says it posted everything, but the spec has unposted results"
+    if isinstance(obs, Stalled):
+        if not obs.worker_alive:
+            return 7, f"the worker died: no {obs.waiting_for} came and its thread is gone"
+        return 6, f"no {obs.waiting_for} came within the bound although the spec owes one"
+    if isinstance(obs, Tables):
+        if not any(frozenset(r for r, _ in s.index) == obs.requests for s in states):
+            shown = sorted(r for r, _ in states[0].index)
+            return 4, (
+                f"the request index holds {sorted(obs.requests)}; the spec's holds {shown} "
+                "(a cleaned-up request is still indexed, or a live one is missing)"
+            )
+        shown_keys = sorted(k for k, _ in states[0].probes)
+        return 5, (
+            f"lookup state is held for keys {sorted(obs.keys)}; the spec holds "
+            f"{shown_keys} (a probe that should be gone was kept, or the reverse)"
+        )
+    if isinstance(obs, Leftover):
+        return 5, (
+            "with every request cleaned up and every result drained, the IUT still "
+            f"holds {obs.tables}"
+        )
+    if isinstance(obs, WorkerDied):
+        return 7, f"the worker died before shutdown{': ' + obs.reason if obs.reason else ''}"
+    if isinstance(obs, ShutdownSeen):
+        return 6, "shutdown() returned although the batch in hand was not probed and posted" + (
+            _STALE_HINT if checker.ever_dropped else ""
+        )
+    return 2, f"{type(obs).__name__} is not explained by any possible spec state"
+
+
+def raised(checker: Checker, obs: Observation, error: str) -> tuple[int, str]:
+    """An exception from a call the spec allows: survival (7), unless the call was
+    due to apply a result that would be its probe's second verdict if applied by
+    key (the shipped bugs' assertions): exactly once (3).  That is a result whose
+    probe a mark_miss named while unresolved, or a stale result (an older
+    generation) for a key whose current probe has a verdict."""
+    name = "shutdown()" if isinstance(obs, ShutdownSeen) else "the IUT"
+    detail = f"{name} raised {error}" + (
+        "" if isinstance(obs, ShutdownSeen) else " although the spec's action is enabled"
+    )
+    if isinstance(obs, LookupSeen | FlushSeen | DrainSeen | ShutdownSeen):
+        for state in checker.states:
+            # what the call applies; shutdown also finishes the worker's pipeline
+            due = [(r.key, r.generation) for r in state.posted]
+            if isinstance(obs, ShutdownSeen):
+                due += [(r.key, r.generation) for r in state.answered]
+                due += [(e.key, e.generation) for e in _owed(state)]
+            for key, generation in due:
+                if (key, generation) in checker.missed:
+                    return 3, (
+                        f"{detail}; it was to apply {key!r}'s result (g{generation}), "
+                        "whose probe mark_miss named while unresolved: a second verdict"
+                    )
+                p = core.probe_of(state, key)
+                if p is not None and p.generation != generation and p.verdict is not None:
+                    return 3, (
+                        f"{detail}; it was to apply a stale result (g{generation}) for "
+                        f"{key!r}, whose current probe g{p.generation} has its verdict: "
+                        "applied by key, it is a second verdict"
+                    )
+    return 7, detail
+
+
+def efficiency_detail(checker: Checker, obs: Observation, efficient: Mapping[State, bool]) -> str:
+    """Why only states with an inefficient cleanup explain ``obs``."""
+    if isinstance(obs, Tables):
+        return "only explained if cleanup deleted an orphaned IN_FLIGHT probe (the tables lack it)"
+    _, why = classify(checker, obs, efficient)
+    return (
+        "only explained if cleanup deleted an orphaned IN_FLIGHT probe, so that the "
+        f"key is probed a second time ({why})"
+    )
+
+
+_STALE_HINT = (
+    "; a flush dropped stale entries earlier: one submitted anyway, probed in a live "
+    "entry's place, looks like this (property 1)"
+)
+
+
+def _verdicts(state: State, obs: LookupSeen) -> set[bool | None]:
+    """What the spec's lookup may return in ``state`` (with or without an early drain)."""
+    action = core.Lookup(obs.key, obs.request)
+    out: set[bool | None] = set()
+    for start in (state, core.apply_posted(state)):
+        if core.lookup_enabled(start, action):
+            out.add(core.lookup(start, action)[1])
+    return out
+
+
+def _lookup(checker: Checker, obs: LookupSeen, states: list[State]) -> tuple[int, str]:
+    allowed: set[bool | None] = set()
+    for state in states:
+        allowed |= _verdicts(state, obs)
+    shown = ", ".join(sorted(map(repr, allowed)))
+    said = f"lookup({obs.key!r}, {obs.request!r}) returned {obs.verdict!r}; the spec allows {shown}"
+    probes = [p for s in states if (p := core.probe_of(s, obs.key)) is not None]
+    faulty = any((obs.key, p.generation) in checker.faulty for p in probes)
+    if obs.verdict is None:
+        note = " (its tier call was faulty)" if faulty else ""
+        note += _STALE_HINT if checker.ever_dropped and not faulty else ""
+        return 6, f"{said}: a verdict the worker computed was not delivered{note}"
+    if type(obs.verdict) is not bool:
+        return 2, f"{said}: a verdict must be True, False or None"
+    unresolved = [p for p in probes if p.phase is not Phase.RESOLVED]
+    stale = any((obs.key, p.generation) in checker.stale for p in probes)
+    if stale:
+        return 2, f"{said}: a stale result (of an older generation) was applied by key"
+    orphaned = any(
+        r.key == obs.key and (p := core.probe_of(s, r.key)) is not None
+        and p.generation == r.generation and not p.requesters
+        for s in states for r in s.posted
+    )
+    if orphaned:
+        return 2, (
+            f"{said}: the result of an orphaned probe (every requester cleaned up) was "
+            "applied instead of deleting the probe, and delivered to a new requester"
+        )
+    if unresolved and None in allowed:
+        if obs.verdict is False and any(
+            (obs.key, p.generation) in checker.missed for p in unresolved
+        ):
+            return 3, (
+                f"{said}: mark_miss forced a verdict on a PENDING/IN_FLIGHT probe, "
+                "which would receive a second one from the worker"
+            )
+        return 2, f"{said}: the key's current probe has no verdict yet (a stale result?)"
+    if faulty:
+        return 7, f"{said}: the verdict was derived wrongly from a faulty tier answer"
+    return 2, f"{said}: not the verdict of the key's current probe"
+
+
+def _owed(state: State) -> list[core.Entry]:
+    """The entries the worker still has to probe: held first, then queued."""
+    return list(state.held) + [e for batch in state.queue for e in batch]
+
+
+def _tier_call(checker: Checker, obs: TierCallSeen, states: list[State]) -> tuple[int, str]:
+    call = f"the worker probed {list(obs.keys)!r} for {obs.request!r}"
+    if checker.stopped:
+        return 1, f"{call} after shutdown(): nothing is live after shutdown"
+    for key in obs.keys:
+        owed_anywhere = any(e.key == key for s in states for e in _owed(s))
+        if owed_anywhere:
+            continue
+        shared = [
+            p for s in states
+            if (p := core.probe_of(s, key)) is not None and obs.request in p.requesters
+            and p.phase is not Phase.RESOLVED
+        ]
+        if shared:
+            p = shared[0]
+            return 8, (
+                f"{call}: {obs.request!r} already shares {key!r}'s probe "
+                f"(g{p.generation} {p.phase.name}); probing it again is redundant"
+            )
+        return 1, (
+            f"{call}: {key!r} has no live probe that a flush submitted "
+            "(cleaned up, superseded or never flushed)"
+        )
+    repeated = sorted({k for k in obs.keys if obs.keys.count(k) > 1})
+    if repeated:
+        return 1, (
+            f"{call}: {repeated[0]!r} appears twice in one call, so a stale batch entry "
+            "was submitted beside the live one"
+        )
+    for state in states:
+        for key in obs.keys:
+            mine = [e for e in _owed(state) if e.key == key]
+            if not mine or any(e.request == obs.request for e in mine):
+                continue
+            if (key, obs.request) in checker.dropped:
+                return 1, (
+                    f"{call}: {obs.request!r}'s entry for {key!r} was stale at a flush "
+                    "(cleaned up or superseded), so it must have been dropped"
+                )
+            return 9, (
+                f"{call}: {key!r} was batched for {mine[0].request!r}, "
+                "so it must be probed with that request's context"
+            )
+    return 9, f"{call}: a tier call must hold exactly one request's group of the batch in hand"

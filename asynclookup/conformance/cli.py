@@ -1,0 +1,285 @@
+"""``asynclookup fuzz``: the conformance oracle's Hypothesis machine from the command line.
+
+``register(subparsers)`` adds the subcommand (``asynclookup.cli`` calls it); ``run(args)``
+fuzzes one target and returns the exit code: 0 no violation (property-8
+warnings allowed unless ``--strict-efficiency``), 1 a violation, 2 bad arguments
+(one line on stderr), 3 the oracle's state bound was exceeded.  On a violation it
+prints the shrunk counterexample as numbered calls with the property it breaks,
+and ``--replay-out`` writes it as a standalone pytest file.  On a terminal it
+shows progress on stderr; ``--json`` keeps stdout one JSON object.
+
+It does not decide conformance itself: ``asynclookup.conformance.machine`` runs the machine,
+``asynclookup.conformance.engine`` judges, ``asynclookup.conformance.replay`` shrinks
+and writes replays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+
+from asynclookup._args import integer, positive_int
+from asynclookup.conformance.driver import Call, ConformanceError, format_counterexample
+from asynclookup.conformance.engine import OracleLimitError, Violation
+from asynclookup.conformance.machine import FuzzConfig, Stats, run
+from asynclookup.conformance.replay import replay_file
+from asynclookup.conformance.targets import load_target
+
+EXIT_CLEAN, EXIT_VIOLATION, EXIT_USAGE, EXIT_LIMIT = 0, 1, 2, 3
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+class _BadArgument(Exception):
+    """One line saying which argument is wrong and why."""
+
+
+def register(subparsers: Any) -> None:
+    """Add ``fuzz``: Hypothesis stateful fuzzing of an implementation against the spec."""
+    p = subparsers.add_parser(
+        "fuzz",
+        help="fuzz an implementation against the spec (the conformance oracle)",
+        description="Drive an implementation with random call sequences, answer its tier "
+        "calls (with faults), and check every observation against the spec.",
+    )
+    p.add_argument("--target", default="reference", metavar="MODULE:ATTR",
+                   help="reference (default), or a manager class / adapter factory by path")
+    p.add_argument("--impl", metavar="MODULE:CLASS",
+                   help="a vLLM-shaped manager class (conformance.vllm; implies threaded mode)")
+    p.add_argument("--tier", choices=("memory", "fs", "redis"), default="memory",
+                   help="where proper verdicts come from (default memory: the oracle's own)")
+    p.add_argument("--mode", choices=("stepped", "threaded"), default="stepped",
+                   help="stepped: the oracle plays the worker; threaded: the IUT's thread")
+    p.add_argument("--faults", choices=("none", "raise", "all"), default="all",
+                   help="what the tier may answer besides True/False (default all)")
+    p.add_argument("--examples", type=positive_int, default=200, metavar="N",
+                   help="Hypothesis examples to run (default 200)")
+    p.add_argument("--steps", type=positive_int, default=50, metavar="N",
+                   help="rules per Hypothesis example at most (default 50)")
+    p.add_argument("--seed", type=integer, metavar="S", help="seed Hypothesis (reproducible runs)")
+    p.add_argument("--db", metavar="PATH_OR_REDIS_URL",
+                   help="share found counterexamples: a directory or a redis:// URL")
+    p.add_argument("--redis-url", metavar="URL",
+                   help=f"the server of --tier redis (default $ASYNCLOOKUP_REDIS_URL or "
+                   f"{DEFAULT_REDIS_URL})")
+    p.add_argument("--replay-out", metavar="FILE",
+                   help="on a violation, write a pytest file that replays it")
+    p.add_argument("--strict-efficiency", action="store_true",
+                   help="property 8 (no redundant probe) fails the run instead of warning")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.set_defaults(run=run_fuzz)
+
+
+def run_fuzz(args: argparse.Namespace) -> int:
+    """Fuzz as ``args`` say; print the outcome; return the exit code."""
+    try:
+        config, database = _configure(args)
+    except _BadArgument as exc:
+        print(f"asynclookup fuzz: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    live = sys.stderr.isatty() and not args.json
+    stats = Stats(on_step=_progress() if live else None)
+    started = time.monotonic()
+    error: ConformanceError | None = None
+    try:
+        run(config, examples=args.examples, seed=args.seed, database=database,
+            steps=args.steps, stats=stats)
+    except ConformanceError as found:
+        error = found
+    except OracleLimitError as exc:
+        if live:
+            sys.stderr.write("\r\033[K")
+        print(f"asynclookup fuzz: the oracle gave up: {exc}", file=sys.stderr)
+        return EXIT_LIMIT
+    except BaseExceptionGroup as group:  # threaded: Hypothesis reports a flaky failure
+        error = _conformance_error(group)
+        if error is None:
+            raise
+    seconds = time.monotonic() - started
+    if live:
+        sys.stderr.write("\r\033[K")
+    replay = None
+    if error is not None and args.replay_out:
+        with open(args.replay_out, "w", encoding="utf-8") as out:
+            out.write(replay_file(error))
+        replay = args.replay_out
+    if args.json:
+        print(json.dumps(_as_json(config, stats, seconds, error, replay)))
+    else:
+        print(_as_text(config, stats, seconds, error, replay))
+        if stats.leak_check is not None:
+            print(_coverage(config, stats))
+    return EXIT_VIOLATION if error is not None else EXIT_CLEAN
+
+
+def _configure(args: argparse.Namespace) -> tuple[FuzzConfig, ExampleDatabase | None]:
+    if getattr(args, "impl", None):  # --impl hook: asynclookup.conformance.vllm
+        args.target, args.mode = "impl:" + args.impl, "threaded"
+    try:
+        load_target(args.target)
+    except ValueError as exc:
+        flag = "" if args.target.startswith("impl:") else "--target: "
+        raise _BadArgument(f"{flag}{exc}") from None
+    redis_url = args.redis_url or os.environ.get("ASYNCLOOKUP_REDIS_URL") or DEFAULT_REDIS_URL
+    if args.tier == "redis":
+        _reachable(redis_url, "--tier redis")
+    if args.replay_out is not None:
+        parent = os.path.dirname(os.path.abspath(args.replay_out))
+        if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+            raise _BadArgument(f"--replay-out: cannot write {args.replay_out!r}")
+    config = FuzzConfig(
+        target=args.target, mode=args.mode, tier=args.tier, faults=args.faults,
+        strict_efficiency=args.strict_efficiency, redis_url=redis_url,
+    )
+    return config, _database(args.db)
+
+
+def _database(where: str | None) -> ExampleDatabase | None:
+    """The example database ``--db`` names: a directory, or a Redis server by URL."""
+    if where is None:
+        return None
+    if where.startswith(("redis://", "rediss://", "unix://")):
+        _reachable(where, "--db")
+        import redis
+        from hypothesis.extra.redis import RedisExampleDatabase
+
+        client = redis.Redis.from_url(where, socket_timeout=5.0, socket_connect_timeout=2.0)
+        return RedisExampleDatabase(client, key_prefix=b"asynclookup-fuzz:")
+    if os.path.exists(where) and not os.path.isdir(where):
+        raise _BadArgument(f"--db: {where!r} exists and is not a directory")
+    parent = os.path.dirname(os.path.abspath(where))
+    if not os.path.isdir(parent):
+        raise _BadArgument(f"--db: the parent directory of {where!r} does not exist")
+    return DirectoryBasedExampleDatabase(where)
+
+
+def _reachable(url: str, flag: str) -> None:
+    """Raise _BadArgument unless a Redis server answers PING at ``url``."""
+    if importlib.util.find_spec("redis") is None:
+        raise _BadArgument(f"{flag}: redis-py is not installed (pip install 'asynclookup[redis]')")
+    import redis
+
+    try:
+        redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0).ping()
+    except (redis.RedisError, ValueError, OSError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise _BadArgument(f"{flag}: cannot reach Redis at {url!r}: {reason}") from None
+
+
+def _conformance_error(group: BaseExceptionGroup[Any]) -> ConformanceError | None:
+    for exc in group.exceptions:
+        if isinstance(exc, ConformanceError):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            found = _conformance_error(exc)
+            if found is not None:
+                return found
+    return None
+
+
+def _progress() -> Any:
+    last = [0.0]
+
+    def show(stats: Stats) -> None:
+        now = time.monotonic()
+        if now - last[0] < 0.25:
+            return
+        last[0] = now
+        sys.stderr.write(
+            f"\r  examples {stats.examples:,}  steps {stats.steps:,}  "
+            f"{stats.rate:,.0f} steps/s "
+        )
+        sys.stderr.flush()
+
+    return show
+
+
+def _describe(config: FuzzConfig) -> str:
+    return (
+        f"{config.target}, {config.mode} mode, {config.tier} tier, faults {config.faults}"
+        + (", strict efficiency" if config.strict_efficiency else "")
+    )
+
+
+def _as_text(
+    config: FuzzConfig, stats: Stats, seconds: float,
+    error: ConformanceError | None, replay: str | None,
+) -> str:
+    rate = stats.steps / seconds if seconds > 0 else 0.0
+    lines = [f"asynclookup fuzz: {_describe(config)}"]
+    lines.append(
+        f"  {stats.examples:,} examples, {stats.steps:,} steps in {seconds:.1f} s "
+        f"({rate:,.0f} steps/s)"
+    )
+    if error is not None:
+        lines.append(f"VIOLATION ({error.violation.kind}), {len(error.calls)} calls:")
+        lines.append(format_counterexample(error.violation, error.calls))
+        if replay is not None:
+            lines.append(f"replay: {replay} (pytest {replay})")
+        return "\n".join(lines)
+    if stats.warnings:
+        violation, calls = min(stats.warnings, key=lambda w: len(w[1]))
+        lines.append(
+            f"warning: {violation.title} in {len(stats.warnings)} example(s); the shortest, "
+            f"{len(calls)} calls (--strict-efficiency makes this a failure):"
+        )
+        lines.append(format_counterexample(violation, calls))
+    lines.append("no violation")
+    return "\n".join(lines)
+
+
+def _violation_json(violation: Violation, calls: Sequence[Call]) -> dict[str, Any]:
+    from asynclookup.spec.core import describe
+
+    return {
+        "property": violation.number,
+        "kind": violation.kind,
+        "title": violation.title,
+        "detail": violation.detail,
+        "calls": [{"call": c.text, "replay": c.source, "tier": c.notes} for c in calls],
+        "states": [describe(s) for s in violation.states],
+    }
+
+
+def _coverage(config: FuzzConfig, stats: Stats) -> str:
+    """Whether the leak check ran, and which optional calls the target never got."""
+    if stats.leak_check:
+        leaks = "on"
+    elif config.target.startswith("impl:"):
+        leaks = "OFF (the class has no _lookup_state, _req_keys, _lookup_batch)"
+    else:
+        leaks = "OFF (the adapter offers no snapshot())"
+    order = ("mark_miss", "mark_present", "after_shutdown")
+    shown = [c if c != "after_shutdown" else "calls after shutdown()"
+             for c in order if c in stats.not_generated]
+    return f"leak check (property 5): {leaks}; not generated: {', '.join(shown) or 'nothing'}"
+
+
+def _as_json(
+    config: FuzzConfig, stats: Stats, seconds: float,
+    error: ConformanceError | None, replay: str | None,
+) -> dict[str, Any]:
+    return {
+        "target": config.target,
+        "mode": config.mode,
+        "tier": config.tier,
+        "faults": config.faults,
+        "strict_efficiency": config.strict_efficiency,
+        "examples": stats.examples,
+        "steps": stats.steps,
+        "seconds": round(seconds, 3),
+        "steps_per_second": round(stats.steps / seconds, 1) if seconds > 0 else 0.0,
+        "result": "violation" if error is not None else "clean",
+        "violation": None if error is None else _violation_json(error.violation, error.calls),
+        "warnings": [_violation_json(v, calls) for v, calls in stats.warnings[:5]],
+        "replay": replay,
+        "leak_check": stats.leak_check,
+        "not_generated": list(stats.not_generated),
+    }

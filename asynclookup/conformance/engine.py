@@ -1,0 +1,473 @@
+"""Observation-based conformance checking: which spec states can a black box be in?
+
+Theory of operation
+-------------------
+An implementation under test (IUT) is a black box.  The oracle sees only the
+calls it makes (``lookup`` with the verdict it returned, ``flush``, ``cleanup``,
+``mark_miss``, ``mark_present``, ``drain_results``, ``shutdown``, and in stepped
+mode the worker steps ``take_batch`` / ``probe_group`` / ``post`` with what they
+returned) and every tier call the IUT's worker makes, with the answer the
+oracle's tier gave.  Each of these is an *observation*, a frozen dataclass
+named after the spec action it shows.
+
+``Checker`` keeps the set of ``asynclookup.spec.core`` states consistent with every
+observation so far.  Each observation maps every state to the successors that
+explain it and keeps those; hidden steps fill the gaps:
+
+- in threaded mode the worker's ``TakeBatchSeen`` and ``PostSeen`` are invisible, so
+  after every observation the set is closed under them (a ``ProbeGroupSeen`` is
+  never hidden: the oracle's tier sees every call);
+- a ``lookup`` may drain even when no flush happened since the last drain, so
+  each lookup is explained by the spec's lookup with or without a drain first;
+- a faulty tier answer (an exception, a wrong length, a non-bool, a lazy
+  iterable that raises) allows, per key, False or the proper bool the tier gave
+  at that position, so both the strict and the lenient worker policy conform;
+- the protocol does not fix the order of request groups within a batch, so a
+  tier call may probe any group of the batch in hand;
+- ``cleanup`` may also delete an orphaned IN_FLIGHT probe.  That breaks only
+  property 8 (an efficiency property), so such states are kept but tagged; when
+  only tagged states remain the checker records a property-8 *warning* and goes
+  on checking safety.
+
+When the set becomes empty the observation is excluded by the spec: the
+checker returns a ``Violation`` naming the PROTOCOL.md property (chosen by
+``asynclookup.conformance.classify``) and the last states that were still possible.
+
+The observations themselves are in ``asynclookup.conformance.observations`` (re-exported here).
+This module drives no implementation and knows no threads: adapters and the
+Hypothesis machine (``asynclookup.conformance.machine``) build observations and feed them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from asynclookup.conformance.classify import classify, efficiency_detail, raised
+from asynclookup.conformance.observations import (
+    CLOSED,
+    SCHEDULER_CALLS,
+    WORKER_STEPS,
+    Answer,
+    CleanupSeen,
+    DrainSeen,
+    FlushSeen,
+    Leftover,
+    LookupSeen,
+    MarkMissSeen,
+    MarkPresentSeen,
+    Observation,
+    PostSeen,
+    ProbeGroupSeen,
+    Settled,
+    ShutdownSeen,
+    Stalled,
+    Tables,
+    TakeBatchSeen,
+    TierCallSeen,
+    WorkerDied,
+    verdict_candidates,
+)
+from asynclookup.spec import core
+from asynclookup.spec.core import INITIAL, Phase, State, Transition
+from asynclookup.spec.properties import kind_of, title_of
+
+__all__ = [
+    "CLOSED",
+    "MAX_STATES",
+    "SCHEDULER_CALLS",
+    "WORKER_STEPS",
+    "Answer",
+    "Checker",
+    "CleanupSeen",
+    "DrainSeen",
+    "FlushSeen",
+    "Leftover",
+    "LookupSeen",
+    "MarkMissSeen",
+    "MarkPresentSeen",
+    "Observation",
+    "OracleLimitError",
+    "PostSeen",
+    "ProbeGroupSeen",
+    "Settled",
+    "ShutdownSeen",
+    "Stalled",
+    "Tables",
+    "TakeBatchSeen",
+    "TierCallSeen",
+    "Violation",
+    "WorkerDied",
+    "verdict_candidates",
+]
+
+MAX_STATES = 10_000
+TAGGED_KEPT = 16  # states explained only by a wasteful cleanup, kept beside efficient ones
+
+
+class OracleLimitError(RuntimeError):
+    """The set of possible states outgrew its bound: the oracle cannot judge this run."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    """An observation that no spec state explains, and the property that excludes it.
+
+    ``number``: the PROTOCOL.md property (None: a usage error, a call after
+    shutdown that did not raise the closed-manager error).  ``states``: a few of
+    the spec states that were still possible just before ``observation``.
+    """
+
+    number: int | None
+    detail: str
+    index: int  # the observation's position in the checker's history
+    observation: Observation
+    states: tuple[State, ...]
+
+    @property
+    def kind(self) -> str:
+        """``safety``, ``efficiency`` (property 8) or ``usage``."""
+        return kind_of(self.number)
+
+    @property
+    def title(self) -> str:
+        """E.g. ``property 1 (no cleaned-up entry is submitted)``."""
+        return title_of(self.number)
+
+
+# -- the checker -----------------------------------------------------------------
+
+Successors = Callable[[State], Iterable[State]]
+
+
+class Checker:
+    """The set of spec states consistent with every observation so far.
+
+    ``hidden_worker``: the worker's TakeBatchSeen and PostSeen are not observed
+    (threaded mode).  ``tagged_kept``: how many states explained only by a
+    wasteful cleanup are kept while efficient ones remain.  ``table``: the
+    spec's transitions (a broken table checks an implementation against a
+    broken spec).
+    """
+
+    def __init__(
+        self,
+        *,
+        hidden_worker: bool,
+        max_states: int = MAX_STATES,
+        tagged_kept: int = TAGGED_KEPT,
+        table: Mapping[type, Transition] = core.TRANSITIONS,
+    ) -> None:
+        self.hidden_worker = hidden_worker
+        self.max_states = max_states
+        self.tagged_kept = tagged_kept
+        self.table = table
+        # state -> True when its history used an inefficient cleanup (property 8)
+        self._states: dict[State, bool] = {INITIAL: False}
+        self.history: list[Observation] = []
+        self.violation: Violation | None = None
+        self.warnings: list[Violation] = []
+        self.stopped = False
+        # (key, generation) of probes answered by a faulty tier call, and of
+        # unresolved probes named by a mark_miss: context for classification.
+        self.faulty: set[tuple[bytes, int]] = set()
+        self.missed: set[tuple[bytes, int]] = set()
+        self.flush_dropped = False  # the last flush dropped stale entries in some state
+        self.dropped: set[tuple[bytes, str]] = set()  # (key, request) of entries dropped so far
+        self.ever_dropped = False  # some flush did
+        self.stale: set[tuple[bytes, int]] = set()  # a probe that a stale result could hit
+
+    @property
+    def states(self) -> tuple[State, ...]:
+        """The possible states, efficient ones first."""
+        return tuple(sorted(self._states, key=lambda s: self._states[s]))
+
+    def efficient_states(self) -> tuple[State, ...]:
+        """The possible states whose history kept property 8."""
+        return tuple(s for s, tagged in self._states.items() if not tagged)
+
+    def owed_tier_calls(self) -> int:
+        """Tier calls every possible state still owes (groups queued or held)."""
+        return min(_groups_owed(s) for s in self._states)
+
+    def expects_empty(self) -> bool:
+        """Whether no possible state holds anything (property 5's quiescent point):
+        no probe, index entry, batch entry, queued or held batch, or unapplied result."""
+        return not self.stopped and not any(_holds_anything(s) for s in self._states)
+
+    @property
+    def size(self) -> int:
+        """How many states are possible (without sorting them, unlike ``states``)."""
+        return len(self._states)
+
+    def _trim_tagged(self, states: dict[State, bool]) -> None:
+        """Keep at most ``tagged_kept`` tagged states while untagged ones exist.
+
+        Every cleanup keeps a variant that also deleted orphaned IN_FLIGHT probes
+        (tagged: it breaks only property 8), so a run with many such cleanups
+        would double the set each time.  The untagged states alone decide
+        safety; the tagged ones only let a property-8 finding be named as such.
+        Those with the fewest probes are kept: the shipped inefficiency deletes
+        every orphan at every cleanup.
+        """
+        tagged = [s for s, is_tagged in states.items() if is_tagged]
+        if len(tagged) <= self.tagged_kept or len(tagged) == len(states):
+            return
+        tagged.sort(key=lambda s: len(s.probes))
+        for state in tagged[self.tagged_kept:]:
+            del states[state]
+
+    def forget_stale_notes(self) -> None:
+        """Drop the classification notes on keys and (key, generation) pairs no possible
+        state holds (a long trace would otherwise grow them without bound)."""
+        if not (self.faulty or self.missed or self.dropped):
+            return
+        live: set[tuple[bytes, int]] = set()
+        for state in self._states:
+            live.update((k, p.generation) for k, p in state.probes)
+            live.update((e.key, e.generation) for e in state.batch + state.held)
+            live.update((e.key, e.generation) for batch in state.queue for e in batch)
+            live.update((r.key, r.generation) for r in state.answered + state.posted)
+        self.faulty &= live
+        self.missed &= live
+        keys = {key for key, _ in live}
+        self.dropped = {(key, request) for key, request in self.dropped if key in keys}
+
+    def may(self, action: core.Action) -> bool:
+        """Whether ``action`` is enabled in some possible state (for preconditions)."""
+        return any(core.enabled(s, action, self.table) for s in self._states)
+
+    def observe(self, obs: Observation) -> Violation | None:
+        """Take one observation; return the violation if no state explains it.
+
+        After a violation the checker is frozen: later observations are recorded
+        and the first violation is returned again.
+        """
+        self.history.append(obs)
+        if self.violation is not None:
+            return self.violation
+        before = self._states
+        problem = self._usage(obs)
+        after = {} if problem is not None else self._advance(obs)
+        if after and self.hidden_worker:
+            after = self._close(after, (core.TakeBatch(), core.Post()))
+        if not after:
+
+            number, detail = problem if problem is not None else classify(self, obs, before)
+            likeliest = sorted(before, key=before.__getitem__)  # efficient states first
+            self.violation = Violation(
+                number, detail, len(self.history) - 1, obs, tuple(likeliest[:3])
+            )
+            return self.violation
+        if len(after) > self.max_states:
+            raise OracleLimitError(
+                f"{len(after)} possible spec states after {obs!r} (bound {self.max_states})"
+            )
+        if all(after.values()) and not all(before.values()):
+
+            efficient = {s: t for s, t in before.items() if not t}
+            self.warnings.append(
+                Violation(
+                    8, efficiency_detail(self, obs, efficient), len(self.history) - 1,
+                    obs, tuple(efficient)[:3],
+                )
+            )
+        self._trim_tagged(after)
+        self._states = after
+        return None
+
+    # -- one observation ---------------------------------------------------------
+
+    def _usage(self, obs: Observation) -> tuple[int | None, str] | None:
+        """Errors and calls after shutdown, judged before any state is stepped."""
+        error = getattr(obs, "error", None)
+        if isinstance(obs, ShutdownSeen) and error is None:
+            return None
+        if self.stopped and not isinstance(obs, ShutdownSeen):
+            if isinstance(obs, SCHEDULER_CALLS) and error != CLOSED:
+                shown = "returned normally" if error is None else f"raised {error}"
+                return None, f"a call after shutdown() {shown} instead of the closed-manager error"
+            return None
+        if error is not None:
+
+            return raised(self, obs, error)
+        return None
+
+    def _advance(self, obs: Observation) -> dict[State, bool]:
+        if self.stopped:  # a scheduler call raised the closed-manager error: no change
+            return {} if isinstance(obs, TierCallSeen) else dict(self._states)
+        if isinstance(obs, LookupSeen | FlushSeen | DrainSeen | ShutdownSeen):
+            self._note_stale_results()
+        if isinstance(obs, LookupSeen):
+            return self._each(lambda s: self._lookups(s, obs))
+        if isinstance(obs, CleanupSeen):
+            return self._cleanup(obs.request)
+        if isinstance(obs, FlushSeen):
+            dropped = {
+                (e.key, e.request) for s in self._states for e in s.batch
+                if (p := core.probe_of(s, e.key)) is None or p.generation != e.generation
+            }
+            self.flush_dropped = bool(dropped)
+            self.dropped |= dropped
+            self.ever_dropped = self.ever_dropped or self.flush_dropped
+        if isinstance(obs, MarkMissSeen):
+            for s in self._states:
+                for key in obs.keys:
+                    p = core.probe_of(s, key)
+                    if p is not None and p.phase is not Phase.RESOLVED:
+                        self.missed.add((key, p.generation))
+            return self._each(self._stepper(core.MarkMiss(obs.keys)))
+        if isinstance(obs, ShutdownSeen):
+            hidden: tuple[core.Action, ...] = (core.Post(),)
+            if self.hidden_worker:
+                hidden = (core.TakeBatch(), core.Post())
+            self.stopped = True
+            return self._each(self._stepper(core.Shutdown()), self._close(self._states, hidden))
+        if isinstance(obs, TierCallSeen):
+            return self._each(lambda s: self._probes(s, obs))
+        if isinstance(obs, TakeBatchSeen | PostSeen):
+            action: core.Action = (
+                core.TakeBatch() if isinstance(obs, TakeBatchSeen) else core.Post()
+            )
+            did = obs.took if isinstance(obs, TakeBatchSeen) else obs.posted
+            if did:
+                return self._each(self._stepper(action))
+            return {s: t for s, t in self._states.items() if not core.enabled(s, action)}
+        if isinstance(obs, ProbeGroupSeen):
+            if obs.probed:
+                return dict(self._states)  # its tier call was the observation before
+            return {s: t for s, t in self._states.items() if not s.held}
+        if isinstance(obs, Settled):
+            return {s: t for s, t in self._states.items() if not s.answered}
+        if isinstance(obs, Stalled):
+            if obs.waiting_for == "tier call" and self.owed_tier_calls() == 0:
+                return dict(self._states)
+            return {}
+        if isinstance(obs, WorkerDied):
+            return {}
+        if isinstance(obs, Leftover):
+            return {s: t for s, t in self._states.items() if _holds_anything(s)}
+        if isinstance(obs, Tables):
+            return {
+                s: t for s, t in self._states.items()
+                if frozenset(k for k, _ in s.probes) == obs.keys
+                and frozenset(r for r, _ in s.index) == obs.requests
+            }
+        simple: Mapping[type, core.Action] = {
+            FlushSeen: core.Flush(), DrainSeen: core.Drain(),
+            MarkPresentSeen: core.MarkPresent(getattr(obs, "keys", ())),
+        }
+        return self._each(self._stepper(simple[type(obs)]))
+
+    def _note_stale_results(self) -> None:
+        """Remember the probes that a posted stale result names by key (classification)."""
+        for s in self._states:
+            for r in s.posted:
+                p = core.probe_of(s, r.key)
+                if p is not None and p.generation != r.generation:
+                    self.stale.add((r.key, p.generation))
+
+    def _stepper(self, action: core.Action) -> Successors:
+        table = self.table
+
+        def successors(state: State) -> Iterable[State]:
+            transition = table[type(action)]
+            if transition.enabled(state, action):
+                yield transition.apply(state, action)[0]
+
+        return successors
+
+    def _each(
+        self, successors: Successors, states: Mapping[State, bool] | None = None
+    ) -> dict[State, bool]:
+        """Map every state through ``successors``; an efficient path wins a tie."""
+        out: dict[State, bool] = {}
+        for state, tagged in (self._states if states is None else states).items():
+            for nxt in successors(state):
+                out[nxt] = out.get(nxt, True) and tagged
+        return out
+
+    def _close(
+        self, states: Mapping[State, bool], hidden: tuple[core.Action, ...]
+    ) -> dict[State, bool]:
+        """``states`` plus everything reachable from them by ``hidden`` actions."""
+        out = dict(states)
+        frontier = list(states.items())
+        while frontier:
+            state, tagged = frontier.pop()
+            for action in hidden:
+                transition = self.table[type(action)]
+                if not transition.enabled(state, action):
+                    continue
+                nxt = transition.apply(state, action)[0]
+                if nxt not in out or (out[nxt] and not tagged):
+                    out[nxt] = tagged
+                    frontier.append((nxt, tagged))
+        return out
+
+    def _lookups(self, state: State, obs: LookupSeen) -> Iterable[State]:
+        """The spec's lookup, also after an optional early drain; the verdict must match."""
+        action = core.Lookup(obs.key, obs.request)
+        starts = [state]
+        if state.posted and not state.drain_due:
+            starts.append(core.apply_posted(state))
+        apply = self.table[core.Lookup]
+        for start in starts:
+            if apply.enabled(start, action):
+                nxt, verdict = apply.apply(start, action)
+                if verdict == obs.verdict and type(verdict) is type(obs.verdict):
+                    yield nxt
+
+    def _cleanup(self, request: str) -> dict[State, bool]:
+        """The spec's cleanup, plus (tagged) one that also deletes orphaned IN_FLIGHT probes."""
+        out: dict[State, bool] = {}
+        transition = self.table[core.Cleanup]
+        action = core.Cleanup(request)
+        for state, tagged in self._states.items():
+            if not transition.enabled(state, action):
+                continue
+            nxt = transition.apply(state, action)[0]
+            out[nxt] = out.get(nxt, True) and tagged
+            mine = core.keys_of(state, request)
+            wasteful = nxt._replace(
+                probes=tuple(
+                    (k, p) for k, p in nxt.probes if p.requesters or k not in mine
+                )
+            )
+            if wasteful != nxt:
+                out.setdefault(wasteful, True)
+        return out
+
+    def _probes(self, state: State, obs: TierCallSeen) -> Iterable[State]:
+        """ProbeGroupSeen for the held group that matches the call, for each allowed verdict."""
+        requests = list(dict.fromkeys(e.request for e in state.held))
+        if obs.request not in requests:
+            return
+        group = [e for e in state.held if e.request == obs.request]
+        by_key = {e.key: e for e in group}
+        if len(by_key) != len(group) or sorted(by_key) != sorted(obs.keys):
+            return
+        ordered = tuple(by_key[k] for k in obs.keys)
+        rest = tuple(e for e in state.held if e.request != obs.request)
+        start = state._replace(held=ordered + rest)
+        proper = obs.answer.proper(len(ordered))
+        if not proper:
+            self.faulty.update((e.key, e.generation) for e in ordered)
+        apply = self.table[core.ProbeGroup]
+        for verdicts in verdict_candidates(obs.answer, len(ordered)):
+            action = core.ProbeGroup(verdicts)
+            if apply.enabled(start, action):
+                yield apply.apply(start, action)[0]
+
+
+def _holds_anything(state: State) -> bool:
+    return bool(
+        state.probes or state.index or state.batch or state.queue or state.held
+        or state.answered or state.posted
+    )
+
+
+def _groups_owed(state: State) -> int:
+    """Tier calls a state still owes: one per request group, queued or held."""
+    queued = sum(len({e.request for e in batch}) for batch in state.queue)
+    return queued + len({e.request for e in state.held})

@@ -1,0 +1,287 @@
+"""Replaying, shrinking and writing out counterexamples, without Hypothesis.
+
+A counterexample is the list of ``asynclookup.conformance.driver.Call``s that led to a
+``ConformanceError``; each names the ``Driver`` method that replays it.  In
+stepped mode a replay is deterministic (the test thread plays the worker and
+the oracle's tier answers as recorded), so:
+
+- ``replay`` runs calls on a fresh target and returns the error, if any;
+- ``shrink`` deletes calls and simplifies their arguments for as long as the
+  replay still breaks the same property (much cheaper than shrinking through
+  Hypothesis, since a replay costs a millisecond);
+- ``replay_file`` writes a standalone pytest file that replays the calls; it
+  fails while the target breaks the property and passes on a conforming one.
+
+Threaded runs are not deterministic: shrinking retries each candidate, and a
+threaded replay reproduces only as well as the interleaving repeats.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from asynclookup.conformance.adapter import Plan
+from asynclookup.conformance.driver import WAIT_BOUND, Call, ConformanceError, Driver
+
+Step = tuple[str, tuple[Any, ...]]
+QUICK_WAIT = 0.5  # seconds a threaded shrink candidate waits for what the spec owes
+
+
+def open_replay(
+    target: str, *, mode: str = "stepped", tier: str = "memory", strict_efficiency: bool = False,
+    wait_bound: float = WAIT_BOUND,
+) -> Driver:
+    """A fresh driver for a replay (what replay files call)."""
+    return Driver.open(
+        target, mode=mode, tier=tier, strict_efficiency=strict_efficiency, patient=True,
+        wait_bound=wait_bound,
+    )
+
+
+def replay(
+    config: dict[str, Any], steps: Sequence[Step], wait_bound: float = WAIT_BOUND
+) -> ConformanceError | None:
+    """Run ``steps`` on a fresh target as ``config`` says; the error they cause, if any."""
+    driver = open_replay(
+        config.get("target", "reference"), mode=config.get("mode", "stepped"),
+        tier=config.get("tier", "memory"),
+        strict_efficiency=bool(config.get("strict_efficiency", False)), wait_bound=wait_bound,
+    )
+    try:
+        for method, args in steps:
+            getattr(driver, method)(*args)
+        driver.close()
+    except ConformanceError as error:
+        driver.close()  # unchecked: the driver has failed
+        return error
+    return None
+
+
+def shrink(error: ConformanceError, budget: float = 20.0) -> ConformanceError:
+    """The shortest, simplest replay found within ``budget`` seconds breaking the same property.
+
+    Threaded replays depend on the worker thread's timing, so each candidate
+    gets three tries there, and waits only ``QUICK_WAIT`` for a tier call or a
+    post the spec owes (a counterexample that ends in one that never comes would
+    otherwise cost the whole bound a candidate); the result is then replayed
+    with the full bound, and if it does not break the property there, the
+    original counterexample is returned.
+    """
+    number = error.violation.number
+    threaded = error.config.get("mode", "stepped") != "stepped"
+    tries = 3 if threaded else 1
+    wait = QUICK_WAIT if threaded else WAIT_BOUND
+    deadline = time.monotonic() + budget
+    best = error
+
+    def attempt(steps: list[Step], larger: bool = False) -> bool:
+        nonlocal best
+        for _ in range(tries):
+            if time.monotonic() > deadline:
+                return False
+            found = replay(error.config, steps, wait)
+            # progress is a different run that is no larger: a candidate that fails
+            # only at the closing shutdown() replays as the very calls of ``best``
+            if found is not None and found.violation.number == number and (
+                (larger or _size(found) <= _size(best))
+                and _steps(found.calls) != _steps(best.calls)
+            ):
+                best = found
+                return True
+        return False
+
+    if threaded:
+        # Threaded: the calls after an answer may matter only as time for the
+        # worker to post (before or after some call).  Pin that timing with a
+        # settle, at the answer or later, and those calls can be deleted; keep
+        # a pinned run only if it then shrinks below the unpinned one.
+        before = best
+        for candidate in _pinned(_steps(best.calls)):
+            if time.monotonic() > deadline:
+                break
+            if attempt(candidate, larger=True):
+                _delete_calls(_steps(best.calls), attempt)
+                if _size(best) < _size(before):
+                    break
+                best = before
+    changed = True
+    while changed and time.monotonic() < deadline:
+        changed = _delete_calls(_steps(best.calls), attempt)
+        changed = _merge_posts(_steps(best.calls), attempt) or changed
+        if not changed:
+            changed = _delete_pairs(_steps(best.calls), attempt)
+        changed = _canonical_names(_steps(best.calls), attempt) or changed
+        changed = _simplify_arguments(_steps(best.calls), attempt) or changed
+    if best is error or not threaded:
+        return best
+    for _ in range(tries):
+        confirmed = replay(error.config, _steps(best.calls))
+        if confirmed is not None and confirmed.violation.number == number:
+            return confirmed
+    return error
+
+
+def _steps(calls: Sequence[Call]) -> list[Step]:
+    return [(c.method, c.args) for c in calls]
+
+
+def _size(error: ConformanceError) -> tuple[int, int]:
+    return len(error.calls), sum(len(repr(c.args)) for c in error.calls)
+
+
+def _delete_calls(steps: list[Step], attempt: Callable[[list[Step]], bool]) -> bool:
+    """Delete chunks of calls, halving the chunk size down to one call."""
+    changed = False
+    chunk = max(1, len(steps) // 2)
+    while chunk >= 1:
+        i = len(steps) - chunk
+        while i >= 0:
+            candidate = steps[:i] + steps[i + chunk:]
+            if attempt(candidate):
+                steps, changed = candidate, True
+                i = min(i, len(steps) - chunk)
+            else:
+                i -= 1
+        chunk //= 2
+    return changed
+
+
+def _pinned(steps: list[Step]) -> Iterator[list[Step]]:
+    """Threaded candidates that pin when the worker posts: a settle after every run
+    of answers; then each answer moved later, a settle right after it."""
+    settled: list[Step] = []
+    for i, step in enumerate(steps):
+        settled.append(step)
+        after = steps[i + 1][0] if i + 1 < len(steps) else None
+        if step[0] == "answer" and after not in ("answer", "settle"):
+            settled.append(("settle", ()))
+    if settled != steps:
+        yield settled
+    for i, (method, _) in enumerate(steps):
+        if method != "answer":
+            continue
+        rest = steps[:i] + steps[i + 1:]
+        for j in range(i + 1, len(rest)):
+            yield [*rest[:j], steps[i], ("settle", ()), *rest[j:]]
+
+
+def _delete_pairs(steps: list[Step], attempt: Callable[[list[Step]], bool]) -> bool:
+    """Delete two calls that are not next to each other (a lookup and the worker
+    move that probes it, say), when no single deletion helps."""
+    for i in range(len(steps)):
+        for j in range(i + 2, len(steps)):
+            if attempt(steps[:i] + steps[i + 1:j] + steps[j + 1:]):
+                return True
+    return False
+
+
+def _merge_posts(steps: list[Step], attempt: Callable[[list[Step]], bool]) -> bool:
+    """Fold a later ``post()`` into an earlier held worker move (``post=True``)."""
+    for i, (method, args) in enumerate(steps):
+        if method != "probe_group" or len(args) != 2 or args[1]:
+            continue
+        for j in range(i + 1, len(steps)):
+            if steps[j][0] == "post":
+                merged = [*steps[:i], (method, (args[0], True)), *steps[i + 1:j], *steps[j + 1:]]
+                if attempt(merged):
+                    return True
+                break
+    return False
+
+
+def _canonical_names(steps: list[Step], attempt: Callable[[list[Step]], bool]) -> bool:
+    """Rename keys and requests to k0, k1, ... and A, B, ... in order of first use."""
+    keys: dict[bytes, bytes] = {}
+    requests: dict[str, str] = {}
+
+    def rename(value: Any) -> Any:
+        if isinstance(value, bytes):
+            return keys.setdefault(value, b"k%d" % len(keys))
+        if isinstance(value, str) and len(value) == 1:
+            return requests.setdefault(value, "ABCDEFGH"[len(requests)])
+        if isinstance(value, list):
+            return [rename(v) for v in value]
+        return value
+
+    renamed = [(m, tuple(rename(a) for a in args)) for m, args in steps]
+    return renamed != steps and attempt(renamed)
+
+
+def _simpler(value: Any) -> list[Any]:
+    """Simpler versions of one argument, simplest first."""
+    if isinstance(value, Plan):
+        out = [Plan(), Plan(value.kind), Plan(value.kind, size=value.size)]
+        for i, bit in enumerate(value.bits):
+            if bit:
+                bits = (*value.bits[:i], False, *value.bits[i + 1:])
+                out.append(Plan(value.kind, bits, value.size))
+        if value.size:
+            out.append(Plan(value.kind, value.bits, 0))
+        return [p for p in out if p != value]
+    if isinstance(value, list) and value:
+        return [[]] + [value[:i] + value[i + 1:] for i in range(len(value))]
+    return []
+
+
+def _simplify_arguments(steps: list[Step], attempt: Callable[[list[Step]], bool]) -> bool:
+    changed = False
+    for i in range(len(steps)):
+        if i >= len(steps):
+            break
+        method, args = steps[i]
+        for j, arg in enumerate(args):
+            for simpler in _simpler(arg):
+                new_args = (*args[:j], simpler, *args[j + 1:])
+                candidate = [*steps[:i], (method, new_args), *steps[i + 1:]]
+                if attempt(candidate):
+                    steps, args, changed = candidate, new_args, True
+                    break
+    return changed
+
+
+_TEMPLATE = '''"""Replay of a counterexample found by asynclookup fuzz: {title}.
+
+{detail}
+
+Generated by ``asynclookup fuzz --replay-out``; it needs no Hypothesis.  It fails
+while the target breaks the property and passes once the target conforms.  Set
+ASYNCLOOKUP_REPLAY_TARGET to replay it against another target (e.g. reference).
+"""
+
+from __future__ import annotations
+
+import os
+
+{plan_import}from asynclookup.conformance.replay import open_replay
+
+TARGET = os.environ.get("ASYNCLOOKUP_REPLAY_TARGET", {target!r})
+
+
+def test_replay() -> None:
+    """The target conforms to the spec on the calls of the counterexample."""
+    driver = open_replay(TARGET, mode={mode!r}, tier={tier!r}, strict_efficiency={strict!r})
+    try:
+{body}
+    finally:
+        driver.close()
+'''
+
+
+def replay_file(error: ConformanceError) -> str:
+    """A standalone pytest module replaying ``error``'s calls."""
+    body = "\n".join(
+        f"        driver.{call.source}  # {number}. {call.text}"
+        for number, call in enumerate(error.calls, 1)
+    )
+    detail = error.violation.detail.replace('"""', "'''").replace("\\", "\\\\")
+    uses_plan = any(isinstance(a, Plan) or (isinstance(a, list) and any(
+        isinstance(p, Plan) for p in a)) for c in error.calls for a in c.args)
+    return _TEMPLATE.format(
+        plan_import="from asynclookup.conformance.adapter import Plan\n" if uses_plan else "",
+        title=error.violation.title, detail=detail, body=body or "        pass",
+        target=error.config.get("target", "reference"),
+        mode=error.config.get("mode", "stepped"), tier=error.config.get("tier", "memory"),
+        strict=bool(error.config.get("strict_efficiency", False)),
+    )

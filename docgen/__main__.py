@@ -1,0 +1,7 @@
+"""``python -m docgen``: rewrite or check the generated blocks of docs/."""
+
+import sys
+
+from docgen.generate import main
+
+sys.exit(main())

@@ -1,0 +1,138 @@
+"""The package's layout: one namespace, dependencies that point one way, no import circles."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "asynclookup"
+
+# What each part of the package may import besides the standard library and itself.
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "asynclookup.spec": (),
+    "asynclookup.reference": ("redis",),
+    "asynclookup.modelcheck": ("asynclookup.spec", "asynclookup._args"),
+    "asynclookup.conformance": (
+        "asynclookup.spec", "asynclookup.reference", "asynclookup._args", "hypothesis", "redis",
+    ),
+    "asynclookup.trace": ("asynclookup.spec", "asynclookup.conformance", "asynclookup._args"),
+    "asynclookup._args": ("asynclookup.spec",),
+}
+TOOLS_ABOVE = ("asynclookup.modelcheck", "asynclookup.conformance", "asynclookup.trace")
+
+
+def _modules(root: Path = PACKAGE, package: str = "asynclookup") -> Iterator[tuple[str, Path]]:
+    """Every module of the package, by dotted name, following the spec/ and reference/ links."""
+    for path in sorted(root.iterdir()):
+        if path.is_dir() and (path / "__init__.py").exists():
+            yield from _modules(path, f"{package}.{path.name}")
+        elif path.suffix == ".py":
+            yield (package if path.stem == "__init__" else f"{package}.{path.stem}"), path
+
+
+MODULES = dict(_modules())
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The modules ``name`` imports anywhere in its file, function bodies included."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.stem == "__init__" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in MODULES else base)
+    found.discard("__future__")
+    return found
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _part(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def _is_stdlib(module: str) -> bool:
+    return module.split(".")[0] in sys.stdlib_module_names
+
+
+def test_every_part_is_a_package_of_the_namespace() -> None:
+    """spec, reference and each checker import as asynclookup subpackages."""
+    for part in ALLOWED:
+        assert part in MODULES, f"{part} is missing"
+
+
+def test_no_import_circle() -> None:
+    """No module of the package reaches itself through imports, function-level ones included."""
+    inside = {m: {i for i in GRAPH[m] if i in MODULES} for m in GRAPH}
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(inside[module]):
+            if state.get(target) == 1:
+                cycle = [*path[path.index(target):], target]
+                pytest.fail("import circle: " + " -> ".join(cycle))
+            if target not in state:
+                visit(target, [*path, target])
+        state[module] = 2
+
+    for module in sorted(inside):
+        if module not in state:
+            visit(module, [module])
+
+
+@pytest.mark.parametrize("part", sorted(ALLOWED))
+def test_each_part_imports_only_what_it_may(part: str) -> None:
+    """The protocol imports only the standard library; nothing imports what sits above it."""
+    for module, imported in sorted(GRAPH.items()):
+        if _part(module) != part:
+            continue
+        for target in sorted(imported):
+            allowed = (part, *ALLOWED[part])
+            ok = _is_stdlib(target) or any(
+                target == a or target.startswith(a + ".") for a in allowed
+            )
+            assert ok, f"{module} imports {target}; {part} may import only {allowed}"
+
+
+def test_no_module_imports_tests_or_the_dev_tools() -> None:
+    """No installed module imports tests/, bench/ or docgen/ (they are not installed)."""
+    for module, imported in GRAPH.items():
+        bad = {t for t in imported if t.split(".")[0] in {"tests", "bench", "docgen"}}
+        assert not bad, f"{module} imports {sorted(bad)}"
+
+
+def test_no_module_imports_the_generic_top_level_names() -> None:
+    """Nothing imports a top-level ``spec`` or ``reference``: those names are not installed."""
+    offenders = []
+    folders = [PACKAGE, ROOT / "tests", ROOT / "docgen", ROOT / "bench"]
+    for path in [p for folder in folders for p in folder.rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = (
+                [a.name for a in node.names] if isinstance(node, ast.Import)
+                else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            offenders += [f"{path}: {n}" for n in names if n.split(".")[0] in {"spec", "reference"}]
+    assert not offenders, offenders
+
+
+def test_checkers_never_import_each_others_internals_upward() -> None:
+    """The model checker imports no other checker; the spec imports no checker."""
+    for module, imported in GRAPH.items():
+        if _part(module) == "asynclookup.modelcheck":
+            assert not {t for t in imported if _part(t) in TOOLS_ABOVE[1:]}, module

@@ -1,0 +1,102 @@
+"""The built wheel, installed into an empty venv outside the checkout, is the whole tool.
+
+This is what a user of an engine gets from ``pip install``: one namespace,
+``asynclookup``, with its subpackages; no top-level ``spec`` or ``reference``;
+the README's taste runs, and the ``asynclookup`` script fuzzes a vLLM-shaped
+class of the user's own from the user's directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow
+
+
+def _run(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """(the wheel, the venv's python, a working directory outside the checkout)."""
+    base = tmp_path_factory.mktemp("wheel")
+    built = _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base), str(ROOT)],
+        cwd=base,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = base.glob("asynclookup-*.whl")
+    venv.create(base / "venv", with_pip=True)
+    python = base / "venv" / "bin" / "python"
+    done = _run([str(python), "-m", "pip", "install", "-q", str(wheel)], cwd=base)
+    assert done.returncode == 0, done.stderr[-2000:]
+    work = base / "user"
+    work.mkdir()
+    return wheel, python, work
+
+
+def test_wheel_holds_one_namespace(installed: tuple[Path, Path, Path]) -> None:
+    """Every file of the wheel is under asynclookup/ (or its metadata), spec and reference too."""
+    wheel, _, _ = installed
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"asynclookup"}
+    for sub in ("spec", "reference", "modelcheck", "conformance", "trace"):
+        assert f"asynclookup/{sub}/__init__.py" in names, sub
+    assert "asynclookup/trace/trace.schema.json" in names
+    assert not any(n.startswith(("docgen/", "tests/", "bench/")) for n in names)
+
+
+def test_generic_names_do_not_import(installed: tuple[Path, Path, Path]) -> None:
+    """From the installed wheel, ``import spec`` and ``import reference`` fail."""
+    _, python, work = installed
+    for name in ("spec", "reference"):
+        out = _run([str(python), "-c", f"import {name}"], cwd=work)
+        assert out.returncode != 0 and "ModuleNotFoundError" in out.stderr, name
+
+
+def test_readme_taste_runs_from_the_wheel(installed: tuple[Path, Path, Path]) -> None:
+    """The README's two python examples run against the installed package."""
+    _, python, work = installed
+    readme = (ROOT / "README.md").read_text()
+    taste = readme[readme.index("## A taste"):]
+    blocks = re.findall(r"```python\n(.*?)```", taste, re.DOTALL)[:2]
+    assert len(blocks) == 2
+    script = work / "taste.py"
+    script.write_text("\n".join(blocks))
+    out = _run([str(python), str(script)], cwd=work)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_impl_fuzz_runs_from_the_wheel(installed: tuple[Path, Path, Path]) -> None:
+    """``asynclookup fuzz --impl`` judges a user's class in the user's directory: a correct
+    class passes, the seed bug exits 1 with a numbered counterexample."""
+    _, python, work = installed
+    shutil.copy(ROOT / "tests" / "zoo" / "vllm_shaped.py", work / "my_manager.py")
+    (work / "my_broken.py").write_text(
+        "from my_manager import VllmShapedManager\n\n\n"
+        "class NoRevalidation(VllmShapedManager):\n"
+        "    def _revalidate(self, batch):\n"
+        "        return [e for e in batch if e[0] in self._lookup_state]\n"
+    )
+    script = python.parent / "asynclookup"
+    good = _run([str(script), "fuzz", "--impl", "my_manager:VllmShapedManager",
+                 "--examples", "10", "--seed", "1"], cwd=work)
+    assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]
+    bad = _run([str(script), "fuzz", "--impl", "my_broken:NoRevalidation",
+                "--examples", "200", "--seed", "1"], cwd=work)
+    assert bad.returncode == 1, bad.stdout[-2000:] + bad.stderr[-2000:]
+    assert "VIOLATION (safety)" in bad.stdout and "  1. " in bad.stdout
