@@ -23,7 +23,7 @@ Each figure is the median of ``--runs`` runs of the wall clock
 calling thread (``time.thread_time_ns``), which a busy machine inflates less.
 The tier is ``InMemoryTier``.  Usage (from the repository root)::
 
-    .venv/bin/python bench/reference.py [--ops 1000000] [--steps 200] [--runs 7]
+    .venv/bin/python bench/manager.py [--ops 1000000] [--steps 200] [--runs 7]
                                         [--window-ms 2]
 
 This script measures; it asserts nothing.
@@ -49,7 +49,7 @@ STEP_KEYS, STEP_REQUESTS = 1000, 8
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"bench/reference.py: {message}\n")
+        self.exit(2, f"bench/manager.py: {message}\n")
 
 
 def resolved_manager(mode: Mode, keys: list[bytes], request: RequestContext) -> AsyncLookupManager:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis import strategies as st
 from hypothesis.database import ExampleDatabase
@@ -381,8 +382,7 @@ def run(
     inner = make_inner_tier(config.tier, config.redis_url)
     machine = machine_class(config, stats, inner)
     if seed is not None:
-        # what @hypothesis.seed sets; run_state_machine_as_test reads it from the class
-        machine._hypothesis_internal_use_seed = seed
+        machine = hypothesis.seed(seed)(machine)  # the public decorator, on the machine class
     options: dict[str, Any] = {}
     if backend is not None:
         options["backend"] = backend
