@@ -26,9 +26,17 @@ def test_spec_holds_exits_0_and_reports_the_search(capsys: pytest.CaptureFixture
     """A correct search exits 0 and prints states, transitions, depth, fixpoint, time, verdict."""
     code, out, _ = _run(capsys, *TINY)
     assert code == 0
-    for word in ("states 154", "transitions", "depth 16", "fixpoint reached", " s (",
+    for word in ("states 140", "transitions", "depth 16", "fixpoint reached", " s (",
                  "peak memory", "verdict: every property holds"):
         assert word in out
+
+
+def test_reductions_without_por_search_the_unreduced_count(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--reductions without por leaves out the partial-order reduction: 154 states, not 140."""
+    code, out, _ = _run(capsys, *TINY, "--reductions", "stale,inert,keys,requests,results")
+    assert code == 0 and "states 154" in out and "persistent-sets" not in out
 
 
 def test_json_is_one_machine_readable_object(capsys: pytest.CaptureFixture[str]) -> None:
@@ -36,7 +44,7 @@ def test_json_is_one_machine_readable_object(capsys: pytest.CaptureFixture[str])
     code, out, _ = _run(capsys, *TINY, "--json")
     data = json.loads(out)
     assert code == 0 and data["verdict"] == "holds" and data["fixpoint"] is True
-    assert data["states"] == 154 and data["depth"] == 16 and data["violation"] is None
+    assert data["states"] == 140 and data["depth"] == 16 and data["violation"] is None
     assert set(data) >= {"transitions", "seconds", "peak_memory_mb", "sometimes", "bounds"}
 
 

@@ -360,3 +360,40 @@ def test_probing_for_a_cleaned_up_request_is_property_1_not_9() -> None:
          TierCallSeen((K0,), "A", FALSE)]
     )
     assert violation.number == 1
+
+
+# -- the tier-answer rule: a non-bool answer yields False (property 7) --------------
+
+
+@pytest.mark.parametrize("junk", [1, "yes", 1.0])
+def test_non_bool_answer_passed_through_names_the_tier_answer_rule(junk: object) -> None:
+    """A lookup that returns the tier's non-bool value itself breaks the tier-answer rule (7)."""
+    violation = first_violation(
+        [LookupSeen(K0, "A", None), FlushSeen(), TierCallSeen((K0,), "A", Answer((junk,))),
+         Settled(), FlushSeen(), LookupSeen(K0, "A", junk)],  # type: ignore[arg-type]
+        threaded=True,
+    )
+    assert violation.number == 7
+    assert "passed the tier's non-bool value through" in violation.detail
+    assert "tier-answer rule" in violation.detail
+
+
+@pytest.mark.parametrize("junk", [1, "yes", 1.0])
+def test_non_bool_answer_coerced_with_bool_names_the_tier_answer_rule(junk: object) -> None:
+    """A lookup that returns bool() of the tier's non-bool value breaks the tier-answer rule."""
+    violation = first_violation(
+        [LookupSeen(K0, "A", None), FlushSeen(), TierCallSeen((K0,), "A", Answer((junk,))),
+         Settled(), FlushSeen(), LookupSeen(K0, "A", True)],
+        threaded=True,
+    )
+    assert violation.number == 7
+    assert "coerced it with bool() to True" in violation.detail
+
+
+def test_non_bool_answer_read_as_false_is_accepted() -> None:
+    """A lookup that reads the tier's non-bool value as False keeps the rule."""
+    feed(
+        [LookupSeen(K0, "A", None), FlushSeen(), TierCallSeen((K0,), "A", Answer((1,))),
+         Settled(), FlushSeen(), LookupSeen(K0, "A", False)],
+        threaded=True,
+    )

@@ -269,10 +269,14 @@ def test_no_call_after_shutdown_is_generated(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_leak_check_off_is_said(outside: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A class without the vLLM tables is reported with the leak check off."""
+    """A class with no table that holds a looked-up key is reported with the leak check
+    off, and the line says why and which option would turn it on."""
     module = _module(outside, "user_bare", NO_TABLES)
     main(["fuzz", "--impl", f"{module}:Bare", "--seed", "0", "--examples", "1"])
-    assert "leak check (property 5): OFF (the class has no" in capsys.readouterr().out
+    assert (
+        "leak check (property 5): OFF (no attribute of the class holds the looked-up key "
+        "after lookup(): name its tables with --tables" in capsys.readouterr().out
+    )
 
 
 def test_iut_exception_is_property_7_with_its_place(outside: Path) -> None:

@@ -37,19 +37,56 @@ from asynclookup.conformance.observations import Answer, TierCallSeen
 from asynclookup.reference.errors import ManagerClosedError
 from asynclookup.reference.events import Event
 from asynclookup.reference.tier import RequestContext
+from asynclookup.spec.errors import AsyncLookupError
 
 SLOW_SECONDS = 0.002  # how long a "slow" answer keeps the worker waiting
 ANSWER_BOUND = 60.0  # a threaded tier call waits at most this long for the oracle
 JUNK: tuple[object, ...] = (1, 0, None, "yes", 1.0)  # non-bool values a tier may give
 PLAN_KINDS = ("proper", "raise", "short", "long", "junk", "lazy", "lazy_raise", "slow")
-FAULT_LEVELS: dict[str, tuple[str, ...]] = {
-    "none": ("proper",),
-    "raise": ("proper", "raise"),
-    "all": PLAN_KINDS,
+# The tier misbehaviours of PROTOCOL.md, each a fault kind a user can name in
+# ``--faults``: user's name -> the plan kind that produces it.
+FAULT_KINDS: dict[str, str] = {
+    "raise": "raise",  # batch_lookup raises
+    "lazy-raise": "lazy_raise",  # a lazy iterable that raises part-way
+    "short": "short",  # too few results
+    "long": "long",  # too many results
+    "non-bool": "junk",  # a value that is not a bool (1, 0, None, "yes", 1.0)
+    "lazy": "lazy",  # a proper answer as a lazy iterable (a shape, not a fault)
+    "slow": "slow",  # a proper answer, late
 }
 
 
-class TierFault(RuntimeError):
+def parse_faults(text: str) -> tuple[str, ...]:
+    """The fault kinds ``text`` names, in ``FAULT_KINDS`` order: ``none``, ``all`` or a
+    comma list such as ``raise,short,slow``.  Raises ValueError naming a bad word."""
+    words = [w.strip() for w in text.split(",")]
+    if words == ["none"]:
+        return ()
+    if words == ["all"]:
+        return tuple(FAULT_KINDS)
+    unknown = [w for w in words if w not in FAULT_KINDS]
+    if unknown or not words:
+        raise ValueError(
+            f"unknown fault kind {(unknown or [''])[0]!r}: want none, all, or a comma list of "
+            + ", ".join(FAULT_KINDS)
+        )
+    return tuple(k for k in FAULT_KINDS if k in words)
+
+
+def plan_kinds(faults: str) -> tuple[str, ...]:
+    """The plan kinds a ``--faults`` text allows: always proper answers, plus its faults."""
+    return ("proper", *(FAULT_KINDS[k] for k in parse_faults(faults)))
+
+
+def faults_text(faults: str) -> str:
+    """The canonical spelling of a ``--faults`` text (``none``, ``all`` or the list)."""
+    kinds = parse_faults(faults)
+    if not kinds:
+        return "none"
+    return "all" if kinds == tuple(FAULT_KINDS) else ",".join(kinds)
+
+
+class TierFault(AsyncLookupError, RuntimeError):
     """What the oracle's tier raises when its plan says so."""
 
 

@@ -44,6 +44,14 @@ from asynclookup.conformance.observations import (
 from asynclookup.spec import core
 from asynclookup.spec.core import Phase, State
 
+NO_VALUE = object()  # in ``Checker.faulty``: the faulty tier call gave no value for the key
+
+TIER_ANSWER_RULE = (
+    "the tier-answer rule (PROTOCOL.md, the worker: a tier that raises, answers too few "
+    "or too many results, or non-bool values yields False for every key it did not "
+    "answer properly)"
+)
+
 
 class Checker(Protocol):
     """What the classifier reads of the engine's ``Checker``: the evidence of the run so far.
@@ -65,7 +73,7 @@ class Checker(Protocol):
     def ever_dropped(self) -> bool: ...
 
     @property
-    def faulty(self) -> Collection[tuple[bytes, int]]: ...
+    def faulty(self) -> Mapping[tuple[bytes, int], object]: ...
 
     @property
     def missed(self) -> Collection[tuple[bytes, int]]: ...
@@ -201,6 +209,9 @@ def _lookup(checker: Checker, obs: LookupSeen, states: list[State]) -> tuple[int
     said = f"lookup({obs.key!r}, {obs.request!r}) returned {obs.verdict!r}; the spec allows {shown}"
     probes = [p for s in states if (p := core.probe_of(s, obs.key)) is not None]
     faulty = any((obs.key, p.generation) in checker.faulty for p in probes)
+    tier_answer = _tier_answer_rule(checker, obs, probes, said)
+    if tier_answer is not None:
+        return tier_answer
     if obs.verdict is None:
         note = " (its tier call was faulty)" if faulty else ""
         note += _STALE_HINT if checker.ever_dropped and not faulty else ""
@@ -233,6 +244,35 @@ def _lookup(checker: Checker, obs: LookupSeen, states: list[State]) -> tuple[int
     if faulty:
         return 7, f"{said}: the verdict was derived wrongly from a faulty tier answer"
     return 2, f"{said}: not the verdict of the key's current probe"
+
+
+def _tier_answer_rule(
+    checker: Checker, obs: LookupSeen, probes: list[core.Probe], said: str
+) -> tuple[int, str] | None:
+    """Property 7, when the verdict is what the key's faulty tier answer gave, passed
+    through or coerced with bool(), instead of False."""
+    for p in probes:
+        given = checker.faulty.get((obs.key, p.generation), NO_VALUE)
+        if given is NO_VALUE or type(given) is bool:
+            continue
+        if type(obs.verdict) is type(given) and obs.verdict == given:
+            how = "passed the tier's non-bool value through as the verdict"
+        elif type(obs.verdict) is not bool:
+            how = "returned a non-bool verdict"
+        elif obs.verdict is bool(given):
+            how = f"coerced it with bool() to {obs.verdict!r}"
+        else:
+            continue
+        return 7, (
+            f"{said}: the tier answered {given!r} for {obs.key!r}, not a bool, and the IUT "
+            f"{how}; by {TIER_ANSWER_RULE} the verdict is False"
+        )
+    if type(obs.verdict) is not bool and obs.verdict is not None:
+        return 7, (
+            f"{said}: a verdict must be True, False or None; a non-bool tier answer yields "
+            f"False by {TIER_ANSWER_RULE}"
+        )
+    return None
 
 
 def _owed(state: State) -> list[core.Entry]:

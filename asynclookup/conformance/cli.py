@@ -3,10 +3,12 @@
 ``register(subparsers)`` adds the subcommand (``asynclookup.cli`` calls it); ``run(args)``
 fuzzes one target and returns the exit code: 0 no violation (property-8
 warnings allowed unless ``--strict-efficiency``), 1 a violation, 2 bad arguments
-(one line on stderr), 3 the oracle's state bound was exceeded.  On a violation it
-prints the shrunk counterexample as numbered calls with the property it breaks,
-and ``--replay-out`` writes it as a standalone pytest file.  On a terminal it
-shows progress on stderr; ``--json`` keeps stdout one JSON object.
+(one line on stderr), 3 incomplete (the oracle's state bound was exceeded, or a
+``--workers`` process died).  On a violation it prints the shrunk counterexample
+as numbered calls with the property it breaks, and ``--replay-out`` writes it as
+a standalone pytest file.  ``--workers``, ``--duration`` and the live line on a
+terminal (stderr, off with ``--quiet``) are ``asynclookup.conformance.campaign``'s;
+``--json`` keeps stdout one JSON object.
 
 It does not decide conformance itself: ``asynclookup.conformance.machine`` runs the machine,
 ``asynclookup.conformance.engine`` judges, ``asynclookup.conformance.replay`` shrinks
@@ -20,18 +22,27 @@ import importlib.util
 import json
 import os
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
-from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+from hypothesis.database import ExampleDatabase
 
 from asynclookup._args import integer, positive_int
+from asynclookup.conformance.adapter import FAULT_KINDS, faults_text, parse_faults
+from asynclookup.conformance.campaign import (
+    Campaign,
+    ProgressLine,
+    open_database,
+    parse_duration,
+    parse_workers,
+    run_campaign,
+)
 from asynclookup.conformance.driver import Call, ConformanceError, format_counterexample
-from asynclookup.conformance.engine import OracleLimitError, Violation
-from asynclookup.conformance.machine import FuzzConfig, Stats, run
+from asynclookup.conformance.engine import Violation
+from asynclookup.conformance.machine import FuzzConfig, Stats
 from asynclookup.conformance.replay import replay_file
-from asynclookup.conformance.targets import load_target
+from asynclookup.conformance.targets import leak_tables, load_target
+from asynclookup.conformance.vllm import PREFIX, impl_spec
 
 EXIT_CLEAN, EXIT_VIOLATION, EXIT_USAGE, EXIT_LIMIT = 0, 1, 2, 3
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -53,14 +64,35 @@ def register(subparsers: Any) -> None:
                    help="reference (default), or a manager class / adapter factory by path")
     p.add_argument("--impl", metavar="MODULE:CLASS",
                    help="a vLLM-shaped manager class (conformance.vllm; implies threaded mode)")
+    p.add_argument("--method", action="append", default=[], metavar="CALL=NAME",
+                   help="with --impl: the class's name for a protocol call, e.g. "
+                   "mark_miss=invalidate (repeatable or a comma list; NAME none: it has none)")
+    p.add_argument("--cleanup-arg", choices=("id", "context"),
+                   help="with --impl: cleanup takes the request id (default) or its context")
+    p.add_argument("--verdicts", metavar="MODULE:FUNC",
+                   help="with --impl: a function mapping lookup's answers to True/False/None")
+    p.add_argument("--tables", metavar="ROLE=ATTR,...",
+                   help="with --impl: the class's tables, e.g. probes=_states,index=_by_request,"
+                   "batch=_pending,results=_done (roles not named are found by shape; none: "
+                   "no leak check)")
     p.add_argument("--tier", choices=("memory", "fs", "redis"), default="memory",
                    help="where proper verdicts come from (default memory: the oracle's own)")
     p.add_argument("--mode", choices=("stepped", "threaded"), default="stepped",
                    help="stepped: the oracle plays the worker; threaded: the IUT's thread")
-    p.add_argument("--faults", choices=("none", "raise", "all"), default="all",
-                   help="what the tier may answer besides True/False (default all)")
-    p.add_argument("--examples", type=positive_int, default=200, metavar="N",
-                   help="Hypothesis examples to run (default 200)")
+    p.add_argument("--faults", default="all", metavar="KINDS",
+                   help="what the tier may do besides answering True/False: none, all "
+                   "(default), or a comma list of " + ", ".join(FAULT_KINDS))
+    p.add_argument("--examples", type=positive_int, default=None, metavar="N",
+                   help="Hypothesis examples to run, over all workers (default 200; "
+                   "none with --duration)")
+    p.add_argument("--duration", type=_duration, metavar="TIME",
+                   help="run for this long (90s, 10m, 1h30m); with --examples, whichever "
+                   "comes first")
+    p.add_argument("--workers", type=_workers, default=1, metavar="N|auto",
+                   help="processes fuzzing at once with seeds S, S+1, ... sharing --db "
+                   "(default 1; auto: one per core)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress line on stderr (it shows only on a terminal)")
     p.add_argument("--steps", type=positive_int, default=50, metavar="N",
                    help="rules per Hypothesis example at most (default 50)")
     p.add_argument("--seed", type=integer, metavar="S", help="seed Hypothesis (reproducible runs)")
@@ -77,6 +109,20 @@ def register(subparsers: Any) -> None:
     p.set_defaults(run=run_fuzz)
 
 
+def _workers(text: str) -> int:
+    try:
+        return parse_workers(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def run_fuzz(args: argparse.Namespace) -> int:
     """Fuzz as ``args`` say; print the outcome; return the exit code."""
     try:
@@ -84,44 +130,54 @@ def run_fuzz(args: argparse.Namespace) -> int:
     except _BadArgument as exc:
         print(f"asynclookup fuzz: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    live = sys.stderr.isatty() and not args.json
-    stats = Stats(on_step=_progress() if live else None)
-    started = time.monotonic()
-    error: ConformanceError | None = None
+    line = ProgressLine(sys.stderr) if sys.stderr.isatty() and not args.quiet else None
+    examples = args.examples if args.examples is not None else (None if args.duration else 200)
+    campaign = Campaign(config, workers=args.workers, examples=examples,
+                        duration=args.duration, seed=args.seed, db=args.db, steps=args.steps)
     try:
-        run(config, examples=args.examples, seed=args.seed, database=database,
-            steps=args.steps, stats=stats)
-    except ConformanceError as found:
-        error = found
-    except OracleLimitError as exc:
-        if live:
-            sys.stderr.write("\r\033[K")
-        print(f"asynclookup fuzz: the oracle gave up: {exc}", file=sys.stderr)
+        outcome = run_campaign(campaign, database=database, progress=line)
+    finally:
+        if line is not None:
+            line.clear()
+    for lost in outcome.lost:  # a worker process died: reported, the others went on
+        print(f"asynclookup fuzz: {lost}", file=sys.stderr)
+    if outcome.failure is not None or outcome.limit is not None:
+        why = outcome.failure or f"the oracle gave up: {outcome.limit}"
+        print(f"asynclookup fuzz: {why}", file=sys.stderr)
         return EXIT_LIMIT
-    except BaseExceptionGroup as group:  # threaded: Hypothesis reports a flaky failure
-        error = _conformance_error(group)
-        if error is None:
-            raise
-    seconds = time.monotonic() - started
-    if live:
-        sys.stderr.write("\r\033[K")
+    stats, error, seconds = outcome.stats, outcome.error, outcome.seconds
     replay = None
     if error is not None and args.replay_out:
         with open(args.replay_out, "w", encoding="utf-8") as out:
             out.write(replay_file(error))
         replay = args.replay_out
     if args.json:
-        print(json.dumps(_as_json(config, stats, seconds, error, replay)))
+        print(json.dumps(_as_json(config, stats, seconds, error, replay) | outcome.as_json()))
     else:
-        print(_as_text(config, stats, seconds, error, replay))
+        lines = _as_text(config, stats, seconds, error, replay).split("\n")
+        print("\n".join(lines[:2] + [outcome.summary()] * bool(outcome.summary()) + lines[2:]))
         if stats.leak_check is not None:
             print(_coverage(config, stats))
-    return EXIT_VIOLATION if error is not None else EXIT_CLEAN
+    if error is not None:
+        return EXIT_VIOLATION
+    return EXIT_LIMIT if outcome.lost else EXIT_CLEAN  # a lost worker: the run is incomplete
 
 
 def _configure(args: argparse.Namespace) -> tuple[FuzzConfig, ExampleDatabase | None]:
     if getattr(args, "impl", None):  # --impl hook: asynclookup.conformance.vllm
-        args.target, args.mode = "impl:" + args.impl, "threaded"
+        try:
+            spec = impl_spec(
+                args.impl, methods=args.method, cleanup_arg=args.cleanup_arg,
+                verdicts=args.verdicts, tables=args.tables or (),
+            )
+        except ValueError as exc:
+            raise _BadArgument(str(exc)) from None
+        args.target, args.mode = PREFIX + spec, "threaded"
+    else:
+        shaped = [f for f, v in (("--method", args.method), ("--cleanup-arg", args.cleanup_arg),
+                                 ("--verdicts", args.verdicts), ("--tables", args.tables)) if v]
+        if shaped:
+            raise _BadArgument(f"{shaped[0]} is an option of --impl (a vLLM-shaped class)")
     try:
         load_target(args.target)
     except ValueError as exc:
@@ -134,8 +190,12 @@ def _configure(args: argparse.Namespace) -> tuple[FuzzConfig, ExampleDatabase | 
         parent = os.path.dirname(os.path.abspath(args.replay_out))
         if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
             raise _BadArgument(f"--replay-out: cannot write {args.replay_out!r}")
+    try:
+        faults = faults_text(args.faults)
+    except ValueError as exc:
+        raise _BadArgument(f"--faults: {exc}") from None
     config = FuzzConfig(
-        target=args.target, mode=args.mode, tier=args.tier, faults=args.faults,
+        target=args.target, mode=args.mode, tier=args.tier, faults=faults,
         strict_efficiency=args.strict_efficiency, redis_url=redis_url,
     )
     return config, _database(args.db)
@@ -147,17 +207,13 @@ def _database(where: str | None) -> ExampleDatabase | None:
         return None
     if where.startswith(("redis://", "rediss://", "unix://")):
         _reachable(where, "--db")
-        import redis
-        from hypothesis.extra.redis import RedisExampleDatabase
-
-        client = redis.Redis.from_url(where, socket_timeout=5.0, socket_connect_timeout=2.0)
-        return RedisExampleDatabase(client, key_prefix=b"asynclookup-fuzz:")
+        return open_database(where)
     if os.path.exists(where) and not os.path.isdir(where):
         raise _BadArgument(f"--db: {where!r} exists and is not a directory")
     parent = os.path.dirname(os.path.abspath(where))
     if not os.path.isdir(parent):
         raise _BadArgument(f"--db: the parent directory of {where!r} does not exist")
-    return DirectoryBasedExampleDatabase(where)
+    return open_database(where)
 
 
 def _reachable(url: str, flag: str) -> None:
@@ -171,34 +227,6 @@ def _reachable(url: str, flag: str) -> None:
     except (redis.RedisError, ValueError, OSError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise _BadArgument(f"{flag}: cannot reach Redis at {url!r}: {reason}") from None
-
-
-def _conformance_error(group: BaseExceptionGroup[Any]) -> ConformanceError | None:
-    for exc in group.exceptions:
-        if isinstance(exc, ConformanceError):
-            return exc
-        if isinstance(exc, BaseExceptionGroup):
-            found = _conformance_error(exc)
-            if found is not None:
-                return found
-    return None
-
-
-def _progress() -> Any:
-    last = [0.0]
-
-    def show(stats: Stats) -> None:
-        now = time.monotonic()
-        if now - last[0] < 0.25:
-            return
-        last[0] = now
-        sys.stderr.write(
-            f"\r  examples {stats.examples:,}  steps {stats.steps:,}  "
-            f"{stats.rate:,.0f} steps/s "
-        )
-        sys.stderr.flush()
-
-    return show
 
 
 def _describe(config: FuzzConfig) -> str:
@@ -221,6 +249,8 @@ def _as_text(
     if error is not None:
         lines.append(f"VIOLATION ({error.violation.kind}), {len(error.calls)} calls:")
         lines.append(format_counterexample(error.violation, error.calls))
+        if error.shrink_report is not None:
+            lines.append(error.shrink_report.line())
         if replay is not None:
             lines.append(f"replay: {replay} (pytest {replay})")
         return "\n".join(lines)
@@ -250,10 +280,11 @@ def _violation_json(violation: Violation, calls: Sequence[Call]) -> dict[str, An
 
 def _coverage(config: FuzzConfig, stats: Stats) -> str:
     """Whether the leak check ran, and which optional calls the target never got."""
-    if stats.leak_check:
+    tables = leak_tables(config.target)
+    if tables is not None:  # a vLLM-shaped class: the tables found by shape or named
+        leaks = tables.describe()
+    elif stats.leak_check:
         leaks = "on"
-    elif config.target.startswith("impl:"):
-        leaks = "OFF (the class has no _lookup_state, _req_keys, _lookup_batch)"
     else:
         leaks = "OFF (the adapter offers no snapshot())"
     order = ("mark_miss", "mark_present", "after_shutdown")
@@ -270,7 +301,7 @@ def _as_json(
         "target": config.target,
         "mode": config.mode,
         "tier": config.tier,
-        "faults": config.faults,
+        "faults": list(parse_faults(config.faults)),
         "strict_efficiency": config.strict_efficiency,
         "examples": stats.examples,
         "steps": stats.steps,
@@ -278,8 +309,11 @@ def _as_json(
         "steps_per_second": round(stats.steps / seconds, 1) if seconds > 0 else 0.0,
         "result": "violation" if error is not None else "clean",
         "violation": None if error is None else _violation_json(error.violation, error.calls),
+        "shrink": None if error is None or error.shrink_report is None
+        else error.shrink_report.as_json(),
         "warnings": [_violation_json(v, calls) for v, calls in stats.warnings[:5]],
         "replay": replay,
         "leak_check": stats.leak_check,
+        "leak_tables": None if (t := leak_tables(config.target)) is None else t.as_json(),
         "not_generated": list(stats.not_generated),
     }

@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from asynclookup.conformance.classify import classify, efficiency_detail, raised
+from asynclookup.conformance.classify import NO_VALUE, classify, efficiency_detail, raised
 from asynclookup.conformance.observations import (
     CLOSED,
     SCHEDULER_CALLS,
@@ -70,6 +70,7 @@ from asynclookup.conformance.observations import (
 )
 from asynclookup.spec import core
 from asynclookup.spec.core import INITIAL, Phase, State, Transition
+from asynclookup.spec.errors import AsyncLookupError
 from asynclookup.spec.properties import kind_of, title_of
 
 __all__ = [
@@ -105,7 +106,7 @@ MAX_STATES = 10_000
 TAGGED_KEPT = 16  # states explained only by a wasteful cleanup, kept beside efficient ones
 
 
-class OracleLimitError(RuntimeError):
+class OracleLimitError(AsyncLookupError, RuntimeError):
     """The set of possible states outgrew its bound: the oracle cannot judge this run."""
 
 
@@ -170,7 +171,8 @@ class Checker:
         self.stopped = False
         # (key, generation) of probes answered by a faulty tier call, and of
         # unresolved probes named by a mark_miss: context for classification.
-        self.faulty: set[tuple[bytes, int]] = set()
+        # faulty: the value the tier gave at the key's position (NO_VALUE: none).
+        self.faulty: dict[tuple[bytes, int], object] = {}
         self.missed: set[tuple[bytes, int]] = set()
         self.flush_dropped = False  # the last flush dropped stale entries in some state
         self.dropped: set[tuple[bytes, str]] = set()  # (key, request) of entries dropped so far
@@ -228,7 +230,7 @@ class Checker:
             live.update((e.key, e.generation) for e in state.batch + state.held)
             live.update((e.key, e.generation) for batch in state.queue for e in batch)
             live.update((r.key, r.generation) for r in state.answered + state.posted)
-        self.faulty &= live
+        self.faulty = {kg: v for kg, v in self.faulty.items() if kg in live}
         self.missed &= live
         keys = {key for key, _ in live}
         self.dropped = {(key, request) for key, request in self.dropped if key in keys}
@@ -452,7 +454,9 @@ class Checker:
         start = state._replace(held=ordered + rest)
         proper = obs.answer.proper(len(ordered))
         if not proper:
-            self.faulty.update((e.key, e.generation) for e in ordered)
+            values = obs.answer.values
+            for i, e in enumerate(ordered):
+                self.faulty[e.key, e.generation] = values[i] if i < len(values) else NO_VALUE
         apply = self.table[core.ProbeGroup]
         for verdicts in verdict_candidates(obs.answer, len(ordered)):
             action = core.ProbeGroup(verdicts)

@@ -43,7 +43,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from asynclookup.conformance.adapter import FAULT_LEVELS, OPTIONAL_CALLS, Plan
+from asynclookup.conformance.adapter import OPTIONAL_CALLS, Plan, plan_kinds
 from asynclookup.conformance.driver import (
     Call,
     ConformanceError,
@@ -72,7 +72,7 @@ class FuzzConfig:
     target: str = "reference"  # "reference" or MODULE:ATTRIBUTE
     mode: str = "stepped"  # "stepped" or "threaded"
     tier: str = "memory"  # "memory", "fs" or "redis"
-    faults: str = "all"  # "none", "raise" or "all"
+    faults: str = "all"  # "none", "all" or a comma list of FAULT_KINDS
     strict_efficiency: bool = False
     redis_url: str | None = None
 
@@ -80,7 +80,8 @@ class FuzzConfig:
     def tag(self) -> str:
         """A name for this configuration (it keys the example database)."""
         safe = self.target.replace(".", "_").replace(":", "__")
-        return f"Oracle_{safe}_{self.mode}_{self.tier}_{self.faults}"
+        faults = self.faults.replace(",", "_").replace("-", "")
+        return f"Oracle_{safe}_{self.mode}_{self.tier}_{faults}"
 
 
 @dataclass
@@ -109,12 +110,12 @@ class Stats:
 
 
 def plans(faults: str) -> st.SearchStrategy[Plan]:
-    """Tier answers the ``--faults`` level allows; shrinks toward a proper all-False answer.
+    """Tier answers the ``--faults`` kinds allow; shrinks toward a proper all-False answer.
 
     One integer draw decodes to a whole plan (kind, three bits, a size): fewer
     draws make each step cheaper than building the plan field by field.
     """
-    kinds = FAULT_LEVELS[faults]
+    kinds = plan_kinds(faults)
     return st.integers(0, len(kinds) * 8 * 4 - 1).map(lambda n: _plan(kinds, n))
 
 

@@ -23,7 +23,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from asynclookup.conformance.adapter import Plan
-from asynclookup.conformance.driver import WAIT_BOUND, Call, ConformanceError, Driver
+from asynclookup.conformance.driver import (
+    WAIT_BOUND,
+    Call,
+    ConformanceError,
+    Driver,
+    ShrinkReport,
+)
 
 Step = tuple[str, tuple[Any, ...]]
 QUICK_WAIT = 0.5  # seconds a threaded shrink candidate waits for what the spec owes
@@ -69,18 +75,29 @@ def shrink(error: ConformanceError, budget: float = 20.0) -> ConformanceError:
     with the full bound, and if it does not break the property there, the
     original counterexample is returned.
     """
+    report = ShrinkReport(len(error.calls))
+    shrunk = _shrink(error, budget, report)
+    report.calls_after = len(shrunk.calls)
+    shrunk.shrink_report = report
+    return shrunk
+
+
+def _shrink(error: ConformanceError, budget: float, report: ShrinkReport) -> ConformanceError:
     number = error.violation.number
     threaded = error.config.get("mode", "stepped") != "stepped"
     tries = 3 if threaded else 1
     wait = QUICK_WAIT if threaded else WAIT_BOUND
     deadline = time.monotonic() + budget
     best = error
+    out_of_time = False
 
     def attempt(steps: list[Step], larger: bool = False) -> bool:
-        nonlocal best
+        nonlocal best, out_of_time
         for _ in range(tries):
             if time.monotonic() > deadline:
+                out_of_time = True
                 return False
+            report.tried += 1
             found = replay(error.config, steps, wait)
             # progress is a different run that is no larger: a candidate that fails
             # only at the closing shutdown() replays as the very calls of ``best``
@@ -88,9 +105,17 @@ def shrink(error: ConformanceError, budget: float = 20.0) -> ConformanceError:
                 (larger or _size(found) <= _size(best))
                 and _steps(found.calls) != _steps(best.calls)
             ):
+                report.reproduced += 1
                 best = found
                 return True
         return False
+
+    # Calls the spec ignores (a cleanup of a request that asked nothing since its
+    # last cleanup) go first, all at once: they rarely matter, and deleting them
+    # one by one costs a replay each.
+    inert = _without_inert_cleanups(_steps(best.calls))
+    if inert != _steps(best.calls):
+        attempt(inert)
 
     if threaded:
         # Threaded: the calls after an answer may matter only as time for the
@@ -114,13 +139,38 @@ def shrink(error: ConformanceError, budget: float = 20.0) -> ConformanceError:
             changed = _delete_pairs(_steps(best.calls), attempt)
         changed = _canonical_names(_steps(best.calls), attempt) or changed
         changed = _simplify_arguments(_steps(best.calls), attempt) or changed
+    report.stopped = (
+        f"stopped at its {budget:g} s budget" if out_of_time or changed
+        else "no smaller candidate reproduces"
+    )
+    if report.tried and not report.reproduced:
+        report.stopped += " (no candidate reproduced the violation: the run may hinge on "
+        report.stopped += "timing the replay could not repeat)"
     if best is error or not threaded:
         return best
     for _ in range(tries):
         confirmed = replay(error.config, _steps(best.calls))
         if confirmed is not None and confirmed.violation.number == number:
             return confirmed
+    report.stopped += "; the shrunk run did not reproduce at the full wait bound, so the "
+    report.stopped += "unshrunk counterexample is shown"
     return error
+
+
+def _without_inert_cleanups(steps: list[Step]) -> list[Step]:
+    """``steps`` without the cleanups of requests that looked nothing up since their last
+    cleanup (or ever): repeated cleanups and cleanups of unknown requests."""
+    asked: set[str] = set()
+    kept: list[Step] = []
+    for method, args in steps:
+        if method == "lookup":
+            asked.add(args[1])
+        elif method == "cleanup":
+            if args[0] not in asked:
+                continue
+            asked.discard(args[0])
+        kept.append((method, args))
+    return kept
 
 
 def _steps(calls: Sequence[Call]) -> list[Step]:

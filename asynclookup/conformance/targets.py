@@ -2,7 +2,8 @@
 
 ``load_target`` is the one place that knows every kind of target, so that the
 adapters (``asynclookup.conformance.adapter``, ``asynclookup.conformance.vllm``)
-need not know each other.
+need not know each other; ``leak_tables`` says which tables a vLLM-shaped
+target's leak check reads (for the report).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from asynclookup.conformance.adapter import (
     TargetFactory,
     import_user_module,
 )
-from asynclookup.conformance.vllm import impl_factory
+from asynclookup.conformance.tables import TablesUsed
+from asynclookup.conformance.vllm import PREFIX, impl_factory, tables_used
 
 
 def load_target(spec: str) -> TargetFactory:
@@ -25,8 +27,8 @@ def load_target(spec: str) -> TargetFactory:
     """
     if spec == "reference":
         spec = "asynclookup.reference.manager:AsyncLookupManager"
-    if spec.startswith("impl:"):  # a vLLM-shaped class (--impl)
-        return impl_factory(spec.removeprefix("impl:"))
+    if spec.startswith(PREFIX):  # a vLLM-shaped class (--impl), with its options
+        return impl_factory(spec.removeprefix(PREFIX))
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ValueError(f"--target must be 'reference' or MODULE:ATTRIBUTE, got {spec!r}")
@@ -45,3 +47,11 @@ def load_target(spec: str) -> TargetFactory:
         raise ValueError(f"target {spec!r} is neither a manager class nor a factory")
     made: TargetFactory = found
     return made
+
+
+def leak_tables(spec: str) -> TablesUsed | None:
+    """The tables the leak check of a vLLM-shaped target reads, and how each was chosen
+    (None: another kind of target, whose adapter's ``snapshot()`` says)."""
+    if not spec.startswith(PREFIX):
+        return None
+    return tables_used(spec.removeprefix(PREFIX))

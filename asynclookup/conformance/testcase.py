@@ -1,6 +1,7 @@
 """A conformance test case for your CI: one call, one ``unittest.TestCase`` class.
 
-``conformance_test_case("mypkg.mod:MyManager", faults="all")`` returns a
+``conformance_test_case("mypkg.mod:MyManager", faults="all")`` (or a comma list of
+fault kinds, as ``--faults`` takes) returns a
 TestCase class (after Hypothesis's ``Machine.TestCase`` convention) whose one
 test fuzzes that vLLM-shaped class in threaded mode with the oracle's state
 machine, as ``asynclookup fuzz --impl`` does, and fails with the shrunk,
@@ -21,11 +22,13 @@ not fit).  It writes no replay file: use ``asynclookup fuzz --impl`` for that.
 from __future__ import annotations
 
 import unittest
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from asynclookup.conformance.adapter import faults_text
 from asynclookup.conformance.driver import ConformanceError
 from asynclookup.conformance.machine import FuzzConfig, Stats, run
-from asynclookup.conformance.vllm import PREFIX, load_impl
+from asynclookup.conformance.vllm import PREFIX, impl_spec, load_impl
 
 SHRINK_SECONDS = 20.0  # the shrinker's budget when ``shrink`` is on
 
@@ -39,19 +42,26 @@ def conformance_test_case(
     seed: int | None = None,
     strict_efficiency: bool = False,
     shrink: bool = True,
+    methods: str | Sequence[str] | Mapping[str, str] = (),
+    cleanup_arg: str | None = None,
+    verdicts: str | None = None,
+    tables: str | Sequence[str] | Mapping[str, str] = (),
 ) -> type[unittest.TestCase]:
     """The TestCase class fuzzing ``impl`` (``MODULE:CLASS`` or the class) as the options say.
 
     The oracle's own shrinker runs (``shrink=False`` reports the first failing
     sequence as found): it replays calls without Hypothesis and pins the worker's
-    timing, which Hypothesis's shrinker cannot do for a threaded run.
+    timing, which Hypothesis's shrinker cannot do for a threaded run.  ``methods``,
+    ``cleanup_arg``, ``verdicts`` and ``tables`` say the class's shape as ``--method``,
+    ``--cleanup-arg``, ``--verdicts`` and ``--tables`` do (e.g.
+    ``methods={"mark_miss": "invalidate"}``, ``tables="probes=_states"``).
     """
     spec = impl if isinstance(impl, str) else f"{impl.__module__}:{impl.__qualname__}"
+    spec = impl_spec(spec, methods=methods, cleanup_arg=cleanup_arg, verdicts=verdicts,
+                     tables=tables)
     load_impl(spec)  # fails now, in one line, if the class does not fit
-    if faults not in ("none", "raise", "all"):
-        raise ValueError(f"faults must be none, raise or all, got {faults!r}")
     config = FuzzConfig(
-        target=PREFIX + spec, mode="threaded", faults=faults,
+        target=PREFIX + spec, mode="threaded", faults=faults_text(faults),
         strict_efficiency=strict_efficiency,
     )
 
@@ -62,7 +72,7 @@ def conformance_test_case(
             shrink_budget=SHRINK_SECONDS if shrink else 0.0,
         )  # raises the ConformanceError, an AssertionError: the test fails with it
 
-    name = f"Conformance{spec.rpartition(':')[2]}"
+    name = f"Conformance{spec.split(';')[0].rpartition(':')[2]}"  # the class, not its options
     case = type(name, (unittest.TestCase,), {
         "test_conforms_to_the_spec": test_conforms_to_the_spec,
         "__module__": __name__,

@@ -2,12 +2,15 @@
 
 A vLLM-shaped class is constructed with one argument (``tier_type: str``), has
 an overridable ``batch_lookup(keys, req_context)`` that its own worker thread
-calls, and the scheduler calls ``lookup(key, req_context)``, ``flush()``,
-``cleanup(req_id)``, ``drain_results()``, ``shutdown()`` and, optionally,
-``mark_miss(keys)`` / ``mark_present(keys)``.  ``VllmAdapter`` subclasses such
-a class so that ``batch_lookup`` is the oracle's ``OracleTier`` (which blocks
-each call until the oracle answers it), and is the ``Target`` the oracle
-drives, in threaded mode only.
+(or pool of threads) calls, and the scheduler calls ``lookup(key,
+req_context)``, ``flush()``, ``cleanup(req_id)``, ``drain_results()``,
+``shutdown()`` and, optionally, ``mark_miss(keys)`` / ``mark_present(keys)``.
+A class may differ from that in the small ways a ``asynclookup.conformance.shape.Shape``
+says (other method names, cleanup taking the context, verdicts of its own
+vocabulary, tables of other names).  ``VllmAdapter`` subclasses such a class
+so that ``batch_lookup`` is the oracle's ``OracleTier`` (which blocks each call
+until the oracle answers it), and is the ``Target`` the oracle drives, in
+threaded mode only.
 
 What it adds to the black box:
 
@@ -16,36 +19,44 @@ What it adds to the black box:
   ``mark_present``) and calls after ``shutdown()`` (vLLM defines none), so the
   oracle generates none of them; should one come (a replay), the adapter
   answers it with its own closed-manager error and the IUT is not called;
-- an exception raised by an IUT method, or one that escapes the IUT's worker
-  thread (seen through ``threading.excepthook``), is reported with the
+- an exception raised by an IUT method, or one that escapes one of the IUT's
+  threads (seen through ``threading.excepthook``, installed while an adapter
+  lives and restored when the last one is shut down), is reported with the
   place it was raised, so the oracle names property 7 with the traceback;
-- a snapshot of the tables for the leak check (property 5): vLLM's own
-  ``_lookup_state``, ``_req_keys`` and ``_lookup_batch``, when the class has
-  all three (the oracle checks them whenever the spec holds nothing).
+  threads the IUT starts later (a pool that grows on demand) are watched too;
+- a snapshot of the tables for the leak check (property 5), and a count of
+  what the worker posts (for settles): the tables ``asynclookup.conformance.tables``
+  found by shape or the user named.
 
-It does not decide conformance: ``asynclookup.conformance.engine`` does.  ``shape_problem``
-names what keeps a class from fitting (the CLI's one-line exit 2).
+It does not decide conformance: ``asynclookup.conformance.engine`` does.
+``load`` says what keeps a class from fitting, and which option would fit it
+(the CLI's one-line exit 2).
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import sys
 import threading
 import traceback
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
 from asynclookup.conformance.adapter import OracleTier, Target, TargetFactory, import_user_module
+from asynclookup.conformance.shape import (
+    OPTIONAL,
+    Shape,
+    fit_problem,
+    load_verdicts,
+    make_shape,
+    split_spec,
+)
+from asynclookup.conformance.tables import TablesUsed, explore, readable, resolve
 
 T = TypeVar("T")
-REQUIRED = ("batch_lookup", "lookup", "flush", "cleanup", "drain_results", "shutdown")
-OPTIONAL = ("mark_miss", "mark_present")
-LEAK_TABLES = ("_lookup_state", "_req_keys", "_lookup_batch")
 PREFIX = "impl:"  # how ``conformance.targets.load_target`` recognises a vLLM-shaped class
 
 
@@ -71,29 +82,47 @@ def _where(exc: BaseException, tb: TracebackType | None) -> str:
     return f"{type(exc).__name__}: {exc}{place}"
 
 
-# -- uncaught exceptions on IUT worker threads ---------------------------------------
+# -- uncaught exceptions on IUT threads, while an adapter lives ----------------------
 
-_WATCHED: weakref.WeakKeyDictionary[threading.Thread, VllmAdapter] = weakref.WeakKeyDictionary()
+_WATCHED: weakref.WeakKeyDictionary[threading.Thread, Callable[[str], None]] = (
+    weakref.WeakKeyDictionary()
+)
 _previous_hook: Callable[[threading.ExceptHookArgs], Any] | None = None
+_hook_users = 0
 _hook_lock = threading.Lock()
 
 
 def _excepthook(args: threading.ExceptHookArgs) -> None:
-    adapter = _WATCHED.get(args.thread) if args.thread is not None else None
-    if adapter is not None and args.exc_value is not None:
-        adapter.worker_crash = _where(args.exc_value, args.exc_traceback)
-        adapter.wake()
+    crashed = _WATCHED.get(args.thread) if args.thread is not None else None
+    if crashed is not None and args.exc_value is not None:
+        crashed(_where(args.exc_value, args.exc_traceback))
         return
     if _previous_hook is not None:
         _previous_hook(args)
 
 
-def _install_hook() -> None:
-    global _previous_hook
+def _acquire_hook() -> None:
+    """Install the hook for one more user (the first one saves the hook it replaces)."""
+    global _previous_hook, _hook_users
     with _hook_lock:
-        if threading.excepthook is not _excepthook:
+        if _hook_users == 0 and threading.excepthook is not _excepthook:
             _previous_hook = threading.excepthook
             threading.excepthook = _excepthook
+        _hook_users += 1
+
+
+def _release_hook() -> None:
+    """One user fewer; the last one puts the saved hook back (unless another replaced ours)."""
+    global _hook_users
+    with _hook_lock:
+        _hook_users -= 1
+        if _hook_users == 0 and threading.excepthook is _excepthook:
+            threading.excepthook = _previous_hook or threading.__excepthook__
+
+
+def hook_users() -> int:
+    """How many adapters (and table searches) hold the hook now (for tests)."""
+    return _hook_users
 
 
 # -- counting what the IUT's worker posts (for wait_posted) ---------------------------
@@ -121,76 +150,162 @@ class _CountingQueue:
         return getattr(self._inner, name)
 
 
-def _wrap_queue(manager: Any, name: str) -> _CountingQueue | None:
-    inner = getattr(manager, name, None)
+def _wrap_queue(manager: Any, path: str) -> _CountingQueue | None:
+    owner_path, _, name = path.rpartition(".")
+    owner = resolve(manager, owner_path) if owner_path else manager
+    inner = getattr(owner, name, None)
     if inner is None or not (hasattr(inner, "put") and hasattr(inner, "get_nowait")):
         return None
     counting = _CountingQueue(inner)
-    setattr(manager, name, counting)
+    setattr(owner, name, counting)
     return counting
 
 
-# -- the shape check ------------------------------------------------------------------
+# -- loading a class, with its shape ----------------------------------------------------
 
 
-def shape_problem(cls: object) -> str | None:
-    """What keeps ``cls`` from being driven as a vLLM-shaped class (None: it fits)."""
-    if not isinstance(cls, type):
-        return f"{cls!r} is not a class"
-    missing = [name for name in REQUIRED if not callable(getattr(cls, name, None))]
-    if missing:
-        return f"{cls.__name__} has no {', '.join(missing)} method"
-    try:
-        inspect.signature(cls).bind("oracle")
-    except TypeError:
-        return f"{cls.__name__} cannot be constructed with one argument (tier_type: str)"
-    except ValueError:
-        pass  # no signature to read: try it when the oracle builds one
-    return None
+@dataclass(frozen=True)
+class Impl:
+    """A class to drive, how it differs from vLLM's shape, and the tables it keeps."""
+
+    cls: type[Any]
+    shape: Shape
+    tables: TablesUsed
+    verdicts: Callable[[Any], Any] | None
+
+    @property
+    def supports(self) -> frozenset[str]:
+        """What the oracle may generate: the optional calls it has, none after shutdown."""
+        return frozenset(
+            m for m in OPTIONAL
+            if (name := self.shape.name(m)) and callable(getattr(self.cls, name, None))
+        )
 
 
-def load_impl(spec: str) -> type[Any]:
-    """The class named ``MODULE:CLASS``; ValueError (one line) if it is missing or misfits."""
-    module_name, _, attribute = spec.partition(":")
+_LOADED: weakref.WeakKeyDictionary[type, dict[Shape, Impl]] = weakref.WeakKeyDictionary()
+
+
+def impl_spec(
+    impl: str, *, methods: str | Sequence[str] | Mapping[str, str] = (),
+    cleanup_arg: str | None = None, verdicts: str | None = None,
+    tables: str | Sequence[str] | Mapping[str, str] = (),
+) -> str:
+    """``MODULE:CLASS`` with the options that say its shape, as one target name."""
+    head, shape = split_spec(impl)
+    extra = make_shape(methods=methods, cleanup_arg=cleanup_arg, verdicts=verdicts, tables=tables)
+    merged = Shape(
+        methods=extra.methods or shape.methods, cleanup_arg=extra.cleanup_arg or shape.cleanup_arg,
+        verdicts=extra.verdicts or shape.verdicts, tables=extra.tables or shape.tables,
+    )
+    return head + merged.suffix()
+
+
+def load(spec: str) -> Impl:
+    """The class named ``MODULE:CLASS[;options]`` and its shape; ValueError (one line)
+    saying what is missing, and which option would fit, if it does not fit."""
+    head, shape = split_spec(spec)
+    module_name, _, attribute = head.partition(":")
     if not module_name or not attribute:
-        raise ValueError(f"--impl must be MODULE:CLASS, got {spec!r}")
+        raise ValueError(f"--impl must be MODULE:CLASS, got {head!r}")
     try:
         module = import_user_module(module_name)
     except Exception as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(f"--impl {spec}: cannot import {module_name}: {reason}") from None
+        raise ValueError(f"--impl {head}: cannot import {module_name}: {reason}") from None
     found = getattr(module, attribute, None)
     if found is None:
-        raise ValueError(f"--impl {spec}: module {module_name} has no {attribute}")
-    problem = shape_problem(found)
+        raise ValueError(f"--impl {head}: module {module_name} has no {attribute}")
+    problem = fit_problem(found, shape)
     if problem is not None:
-        raise ValueError(f"--impl {spec}: {problem}")
+        raise ValueError(f"--impl {head}: {problem}")
     cls: type[Any] = found
-    return cls
+    known = _LOADED.setdefault(cls, {})
+    if shape not in known:
+        verdicts = load_verdicts(shape)
+        tables = _find_tables(cls, shape)
+        _check_answers(head, cls, shape, tables, verdicts)
+        known[shape] = Impl(cls, shape, tables, verdicts)
+    return known[shape]
+
+
+def load_impl(spec: str) -> type[Any]:
+    """The class ``load`` loads (ValueError, one line, if it misfits)."""
+    return load(spec).cls
+
+
+def tables_used(spec: str) -> TablesUsed:
+    """Which tables the adapter of ``spec`` reads, and how each was chosen."""
+    return load(spec).tables
 
 
 def impl_factory(spec: str) -> TargetFactory:
-    """A ``TargetFactory`` for the vLLM-shaped class ``MODULE:CLASS``."""
-    cls = load_impl(spec)
+    """A ``TargetFactory`` for the vLLM-shaped class ``MODULE:CLASS[;options]``."""
+    impl = load(spec)
     # the IUT's warnings about the oracle's faulty tier answers are expected
-    for klass in cls.__mro__:
+    for klass in impl.cls.__mro__:
         if klass.__module__ not in ("builtins", "abc"):
             logging.getLogger(klass.__module__).setLevel(logging.ERROR)
 
     def factory(tier: OracleTier, mode: str) -> Target:
-        return VllmAdapter(cls, tier, mode)
+        return VllmAdapter(impl, tier, mode)
 
     return factory
 
 
-def missing_optional(cls: type[Any]) -> tuple[str, ...]:
-    """The optional calls (mark_miss, mark_present) ``cls`` does not have."""
-    return tuple(name for name in OPTIONAL if not callable(getattr(cls, name, None)))
+def _routed(cls: type[Any], shape: Shape, tier: Callable[[list[bytes], Any], Any]) -> type[Any]:
+    """``cls`` with its tier method answering through ``tier``."""
+
+    def batch_lookup(_self: Any, keys: Any, req_context: Any) -> Any:
+        return tier(list(keys), req_context)
+
+    name = shape.name("batch_lookup") or "batch_lookup"
+    return type(f"Oracle{cls.__name__}", (cls,), {name: batch_lookup})
 
 
-def supported_calls(cls: type[Any]) -> frozenset[str]:
-    """What the oracle may generate for ``cls``: its optional calls, none after shutdown."""
-    return frozenset(OPTIONAL) - set(missing_optional(cls))
+def _find_tables(cls: type[Any], shape: Shape) -> TablesUsed:
+    """Search the tables of one throwaway instance (its worker's crashes kept quiet)."""
+    crashes: list[str] = []
+    _acquire_hook()
+    try:
+        def build(answer: Callable[[Any], list[bool]]) -> Any:
+            before = set(threading.enumerate())
+            manager = _routed(cls, shape, lambda keys, _ctx: answer(keys))("oracle")
+            for thread in set(threading.enumerate()) - before:
+                _WATCHED[thread] = crashes.append
+            return manager
+
+        return explore(build, shape, ReqContext)
+    finally:
+        _release_hook()
+
+
+def _check_answers(
+    head: str, cls: type[Any], shape: Shape, tables: TablesUsed,
+    verdicts: Callable[[Any], Any] | None,
+) -> None:
+    """Misfits only an instance shows: lookup's vocabulary, what cleanup takes."""
+    first = tables.first_verdict
+    if verdicts is None and first is not None and not isinstance(first, bool):
+        raise ValueError(
+            f"--impl {head}: {cls.__name__}.{shape.name('lookup')} answered {first!r} for a key "
+            f"never looked up (the spec's None): map its verdicts to True/False/None with "
+            f"--verdicts MODULE:FUNC"
+        )
+    if verdicts is not None and first is not None:
+        try:
+            mapped = verdicts(first)
+        except Exception as exc:
+            raise ValueError(f"--verdicts {shape.verdicts}: raised {type(exc).__name__} on "
+                             f"{first!r}, lookup's answer for a key never looked up") from None
+        if mapped is not None:
+            raise ValueError(f"--verdicts {shape.verdicts}: maps {first!r}, lookup's answer for "
+                             f"a key never looked up, to {mapped!r}, not None")
+    error = tables.cleanup_error
+    if error is not None and not shape.passes_context and "req_id" in error:
+        raise ValueError(
+            f"--impl {head}: {cls.__name__}.{shape.name('cleanup')} raised {error} when given "
+            f"a request id: try --cleanup-arg context"
+        )
 
 
 # -- the adapter ------------------------------------------------------------------------
@@ -199,59 +314,78 @@ def supported_calls(cls: type[Any]) -> frozenset[str]:
 class VllmAdapter:
     """A vLLM-shaped class as an oracle ``Target`` (threaded mode)."""
 
-    def __init__(self, cls: type[Any], tier: OracleTier, mode: str) -> None:
+    def __init__(self, impl: Impl, tier: OracleTier, mode: str) -> None:
         if mode != "threaded":
             raise ValueError("a vLLM-shaped class runs its own worker: use threaded mode")
         self.mode = mode
         self.tier = tier
-        self.supports = supported_calls(cls)
+        self.impl = impl
+        self.supports = impl.supports
         self.worker_crash: str | None = None
         self._reported_crash = False
         self._closed = False
-
-        def batch_lookup(_self: Any, keys: Any, req_context: Any) -> Any:
-            return tier.batch_lookup(list(keys), req_context)
-
-        routed = type(f"Oracle{cls.__name__}", (cls,), {"batch_lookup": batch_lookup})
-        _install_hook()
+        shape = impl.shape
+        self._names = {m: shape.name(m) or m for m in (*OPTIONAL, "lookup", "flush", "cleanup",
+                                                        "drain_results", "shutdown")}
+        routed = _routed(impl.cls, shape, tier.batch_lookup)
+        _acquire_hook()
+        self._release = weakref.finalize(self, _release_hook)
         before = set(threading.enumerate())
-        self.manager = routed("oracle")
-        self.threads = [t for t in threading.enumerate() if t not in before]
-        for thread in self.threads:
-            _WATCHED[thread] = self
-        self._tables = all(hasattr(self.manager, t) for t in LEAK_TABLES)
-        self._posted = _wrap_queue(self.manager, "_pending_results")
+        try:
+            self.manager = routed("oracle")
+        except BaseException:
+            self._release()
+            raise
+        self.threads: list[threading.Thread] = []  # started by the constructor: the worker(s)
+        self._later: list[threading.Thread] = []  # started during a call (a pool growing)
+        self._seen = before
+        self._adopt(self.threads)
+        self._posted = (
+            _wrap_queue(self.manager, impl.tables.results.path)
+            if impl.tables.results is not None else None
+        )
 
     # -- scheduler calls ---------------------------------------------------------
 
     def lookup(self, key: bytes, request: str) -> bool | None:
-        verdict: bool | None = self._call(lambda: self.manager.lookup(key, ReqContext(request)))
-        return verdict
+        method = getattr(self.manager, self._names["lookup"])
+        mapper = self.impl.verdicts
+        if mapper is None:
+            verdict: bool | None = self._call(lambda: method(key, ReqContext(request)))
+            return verdict
+        raw = self._call(lambda: method(key, ReqContext(request)))
+        mapped: bool | None = self._call(lambda: mapper(raw))
+        return mapped
 
     def flush(self) -> None:
-        self._call(self.manager.flush)
+        self._call(getattr(self.manager, self._names["flush"]))
 
     def cleanup(self, request: str) -> None:
-        self._call(lambda: self.manager.cleanup(request))
+        arg = ReqContext(request) if self.impl.shape.passes_context else request
+        method = getattr(self.manager, self._names["cleanup"])
+        self._call(lambda: method(arg))
 
     def mark_miss(self, keys: tuple[bytes, ...]) -> None:
-        self._call(lambda: self.manager.mark_miss(list(keys)))
+        method = getattr(self.manager, self._names["mark_miss"])
+        self._call(lambda: method(list(keys)))
 
     def mark_present(self, keys: tuple[bytes, ...]) -> None:
-        self._call(lambda: self.manager.mark_present(list(keys)))
+        method = getattr(self.manager, self._names["mark_present"])
+        self._call(lambda: method(list(keys)))
 
     def drain_results(self) -> None:
-        self._call(self.manager.drain_results)
+        self._call(getattr(self.manager, self._names["drain_results"]))
 
     def shutdown(self) -> None:
         if self._closed:
             return  # idempotent, and the IUT is not called again
         try:
-            self._call(self.manager.shutdown)
+            self._call(getattr(self.manager, self._names["shutdown"]))
         finally:
             self._closed = True
-            for thread in self.threads:
+            for thread in (*self.threads, *self._later):
                 thread.join(timeout=5.0)
+            self._release()
 
     # -- stepped mode: not available ---------------------------------------------------
 
@@ -286,8 +420,10 @@ class VllmAdapter:
             return False
         return done
 
-    def wake(self) -> None:
-        """Wake a ``wait_posted`` (the worker thread died)."""
+    def crashed(self, where: str) -> None:
+        """One of the IUT's threads died of ``where``: remember it, wake a ``wait_posted``."""
+        if self.worker_crash is None:
+            self.worker_crash = where
         if self._posted is not None:
             with self._posted.changed:
                 self._posted.changed.notify_all()
@@ -297,19 +433,37 @@ class VllmAdapter:
 
     # -- plumbing ------------------------------------------------------------------------
 
+    def _adopt(self, into: list[threading.Thread]) -> None:
+        """Watch the threads started since the last look (``into``: the constructor's
+        threads, whose liveness is the worker's, or ``_later``: watched for crashes only,
+        so a pool's thread that ends normally is no dead worker)."""
+        now = threading.enumerate()
+        for thread in now:
+            if thread not in self._seen and thread not in _WATCHED and thread.is_alive():
+                _WATCHED[thread] = self.crashed
+                into.append(thread)
+        self._seen = set(now)
+        self._thread_count = len(now)
+
     def _call(self, fn: Callable[[], T]) -> T:
         if self._closed:
             raise ManagerClosed("the manager was shut down")
         if self.worker_crash is not None and not self._reported_crash:
             self._reported_crash = True
             raise IUTRaised(f"the worker thread died: {self.worker_crash}")
+        if threading.active_count() != self._thread_count:  # threads came or went meanwhile
+            self._seen = set(threading.enumerate())  # not the IUT's doing: not watched
+            self._thread_count = len(self._seen)
         try:
             return fn()
         except Exception as exc:
             raise IUTRaised(_where(exc, sys.exc_info()[2])) from exc
+        finally:
+            if threading.active_count() != self._thread_count:
+                self._adopt(self._later)
 
-    def snapshot(self) -> dict[str, Any] | None:
-        """vLLM's tables, for the leak check; None when the class lacks one of them."""
-        if not self._tables:
+    def snapshot(self) -> dict[str, Sized] | None:
+        """The tables found by shape or named, for the leak check; None when there are none."""
+        if not self.impl.tables.leak_check:
             return None
-        return {name: getattr(self.manager, name) for name in LEAK_TABLES}
+        return {t.path: readable(resolve(self.manager, t.path)) for t in self.impl.tables.tables}

@@ -39,6 +39,7 @@ unreduced searches agree.
 from __future__ import annotations
 
 import itertools
+import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,9 @@ GEN_FIELDS = frozenset((P_PROBES, P_NEXT, P_BATCH, P_QUEUE, P_HELD, P_ANSWERED, 
 _ENTRY_FIELDS = (P_BATCH, P_QUEUE, P_HELD, P_ANSWERED, P_POSTED)
 
 Ids = tuple[int, ...]
+# One packed key per visited state: 4 bytes per field id, 2 for the counter's
+# (at most one live generation per key, plus the counter), 1 for each flag.
+_PACKED = struct.Struct("=IIHIIIIIBB")
 
 
 @dataclass(frozen=True)
@@ -64,11 +68,12 @@ class Reductions:
     key_symmetry: bool = True
     request_symmetry: bool = True
     results_by_key: bool = True
+    persistent: bool = True  # partial-order reduction: asynclookup.modelcheck._persistent
 
     @classmethod
     def none(cls) -> Reductions:
         """Generations renumbered by rank only: the unreduced search."""
-        return cls(False, False, False, False, False)
+        return cls(False, False, False, False, False, False)
 
     def names(self) -> list[str]:
         """The names of the reductions that are on, for reports."""
@@ -78,6 +83,7 @@ class Reductions:
             ("key-symmetry", self.key_symmetry),
             ("request-symmetry", self.request_symmetry),
             ("results-by-key", self.results_by_key),
+            ("persistent-sets", self.persistent),
         )
         return [name for name, on in flags if on]
 
@@ -92,6 +98,7 @@ class Space:
         reductions: Reductions,
     ) -> None:
         self.reductions = reductions
+        self.packer = _PACKED  # the search calls its pack and unpack directly
         self._collapse = reductions.collapse_stale
         self._inert = reductions.collapse_stale and reductions.inert_stale
         key_perms = list(itertools.permutations(keys)) if reductions.key_symmetry else [keys]
@@ -143,6 +150,16 @@ class Space:
     def interned(self) -> int:
         """How many distinct field values are interned, over every field."""
         return sum(len(v) for v in self.values)
+
+    # -- packed keys ---------------------------------------------------------------
+
+    def pack(self, ids: Ids) -> bytes:
+        """``ids`` as one 32-byte key (what the visited set stores)."""
+        return _PACKED.pack(*ids)
+
+    def unpack(self, key: bytes) -> Ids:
+        """The ids that ``pack`` made ``key`` of."""
+        return _PACKED.unpack(key)
 
     # -- canonical form ----------------------------------------------------------
 

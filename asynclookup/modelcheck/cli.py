@@ -35,6 +35,7 @@ _REDUCTION_FLAGS = {
     "keys": "key_symmetry",
     "requests": "request_symmetry",
     "results": "results_by_key",
+    "por": "persistent",
 }
 
 
@@ -84,8 +85,9 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--variant", choices=sorted(VARIANTS),
                    help="check a broken variant of the spec instead of the spec")
     p.add_argument("--reductions", type=_reductions, default=None,
-                   help="all, none, or a list of stale,inert,keys,requests,results "
-                   "(default: all for the spec, all but inert for a variant)")
+                   help="all, none, or a list of stale,inert,keys,requests,results,por "
+                   "(default: all for the spec, all but inert for a variant; por is the "
+                   "partial-order reduction, off with --dot)")
     p.add_argument("--max-states", type=positive_int, metavar="N",
                    help="stop after N distinct states")
     p.add_argument("--max-seconds", type=positive_float, metavar="S",

@@ -161,6 +161,7 @@ def text(result: CheckResult, variant: str | None, peak_mb: float) -> str:
         ),
     ]
     if result.violation is not None:
+        lines += _research_lines(result)
         lines += violation_lines(result.violation)
     elif result.fixpoint:
         lines.append(
@@ -170,6 +171,17 @@ def text(result: CheckResult, variant: str | None, peak_mb: float) -> str:
     else:
         lines.append("verdict: INCOMPLETE (a limit stopped the search); no violation found so far")
     return "\n".join(lines)
+
+
+def _research_lines(result: CheckResult) -> list[str]:
+    """How the counterexample of a search with persistent sets was made shortest."""
+    if not result.reductions.persistent:
+        return []
+    if result.shortest:
+        return [f"counterexample: searched again without persistent sets "
+                f"({result.research_states:,} states) for a shortest one"]
+    return [f"counterexample: from the search with persistent sets, maybe not shortest "
+            f"(a limit stopped the search without them at {result.research_states:,} states)"]
 
 
 def verdict(result: CheckResult) -> str:
@@ -213,6 +225,8 @@ def as_json(result: CheckResult, variant: str | None, peak_mb: float) -> dict[st
         "verdict": verdict(result),
         "sometimes": result.sometimes,
         "stuck_states": result.stuck,
+        "research_states": result.research_states,
+        "shortest": result.shortest,
         "violation": None,
     }
     v = result.violation

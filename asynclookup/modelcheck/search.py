@@ -30,14 +30,15 @@ import functools
 import itertools
 import time
 from array import array
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
 from operator import itemgetter
 from typing import Any
 
-from asynclookup.modelcheck._canon import N_FIELDS, Ids, Reductions, Space
+from asynclookup.modelcheck._canon import N_FIELDS, P_ANSWERED, P_HELD, Ids, Reductions, Space
 from asynclookup.modelcheck._counterexample import CRASH, PROGRESS, Replay, TraceStep, Violation
 from asynclookup.modelcheck._memo import Memo, changed_fields
+from asynclookup.modelcheck._persistent import ProbeFirst
 from asynclookup.spec.core import (
     INITIAL,
     Action,
@@ -147,6 +148,8 @@ class CheckResult:
     violation: Violation | None = None
     sometimes: dict[str, bool] = field(default_factory=dict)
     stuck: int = 0  # states from which no quiescent state is reachable
+    research_states: int = 0  # states of the search without persistent sets, if one ran
+    shortest: bool = True  # False: the trace is from the reduced search, maybe not shortest
     graph: list[tuple[int, Action, int]] | None = None  # labelled edges, if kept
     states_list: list[State] | None = None  # representatives, if kept
 
@@ -205,23 +208,53 @@ def check(
     max_seconds: float | None = None,
     on_progress: ProgressFn | None = None,
     keep_graph: bool = False,
+    properties: Collection[str] | None = None,
+    shortest: bool = True,
 ) -> CheckResult:
     """Search every interleaving within ``bounds`` of the actions of ``table``.
 
-    ``reductions`` defaults to ``default_reductions(table)``.
+    ``reductions`` defaults to ``default_reductions(table)``.  ``properties``
+    names the predicates to check (``PROGRESS`` for progress; default: all);
+    an action that raises is always a violation.  A violation found with the
+    persistent-set reduction is searched for again without it, within the
+    same limits, so that the counterexample is a shortest one (``shortest``;
+    ``CheckResult.research_states`` says how big that search was).
     """
     if reductions is None:
         reductions = default_reductions(table)
-    return _Search(bounds, table, reductions, memoised, keep_graph).run(
+    names = frozenset(properties) if properties is not None else None
+    result = _Search(bounds, table, reductions, memoised, keep_graph, names).run(
         max_states, max_seconds, on_progress
     )
+    if result.violation is None or not result.reductions.persistent or not shortest:
+        return result
+    left = None if max_seconds is None else max(max_seconds - result.seconds, 0.001)
+    again = _Search(
+        bounds, table, replace(reductions, persistent=False), memoised, False, names
+    ).run(max_states, left, None)
+    result.research_states = again.states
+    if again.violation is not None:
+        result.violation, result.shortest = again.violation, True
+    else:  # a limit stopped the second search: keep the first one's trace
+        result.shortest = False
+    return result
 
 
 class _Search:
     def __init__(
-        self, bounds: Bounds, table: Table, reductions: Reductions, memoised: bool, keep: bool
+        self,
+        bounds: Bounds,
+        table: Table,
+        reductions: Reductions,
+        memoised: bool,
+        keep: bool,
+        names: frozenset[str] | None,
     ) -> None:
         self.bounds, self.table, self.keep = bounds, table, keep
+        self.step_props = tuple(p for p in _STEP_PROPS if names is None or p.name in names)
+        self.progress = names is None or PROGRESS in names
+        if keep:  # a drawing shows every transition: no partial-order reduction
+            reductions = replace(reductions, persistent=False)
         self.space = Space(bounds.key_names, bounds.request_names, reductions)
         self.universe = bounds.actions()
         self.result = CheckResult(bounds, reductions)
@@ -232,7 +265,13 @@ class _Search:
             for kinds in FAMILIES
         ]
         self.no_edge = {n for n, a in numbered if isinstance(a, Shutdown)}
-        self.invariants = [(p, self._memo(p.state)) for p in _STATE_PROPS if p.state]
+        self._persistent = ProbeFirst(self.families[FAMILIES.index((ProbeGroup,))],
+                                      self.space.values)
+        self.invariants = [
+            (p, self._memo(p.state))
+            for p in _STATE_PROPS
+            if p.state and (names is None or p.name in names)
+        ]
         self.quiet = self._memo(quiescent)
         self.goals = [(name, self._memo(goal)) for name, goal in SOMETIMES]
 
@@ -244,6 +283,7 @@ class _Search:
     def _family(self, actions: list[tuple[int, Action]]) -> Callable[[State], tuple[Outcome, ...]]:
         """One memoisable function: every outcome of the actions of one type."""
         table, bounds, intern = self.table, self.bounds, self.space.intern
+        step_props = self.step_props
 
         def outcomes(before: State) -> tuple[Outcome, ...]:
             found: list[Outcome] = []
@@ -257,7 +297,7 @@ class _Search:
                     if not bounds.within(State._make(tuple.__iter__(after))):
                         continue
                     bad = tuple(
-                        p.name for p in _STEP_PROPS
+                        p.name for p in step_props
                         if p.step is not None and not p.step(before, action, after, output)
                     )
                 except Exception as exc:  # a crash of the table is itself a violation
@@ -279,8 +319,9 @@ class _Search:
         started = time.perf_counter()
         space, result = self.space, self.result
         init = space.canonical_of(INITIAL)
-        self.keys: list[Ids] = [init]
-        index: dict[Ids, int] = {init: 0}
+        pack, unpack = space.packer.pack, space.packer.unpack
+        self.keys: list[bytes] = [pack(*init)]
+        index: dict[bytes, int] = {self.keys[0]: 0}
         self.parent, self.via = array("i", [-1]), array("i", [-1])
         self.quiescent = bytearray()
         self.edges, self.edge_start = array("i"), array("q", [0])
@@ -290,6 +331,9 @@ class _Search:
             return self._finish(started, reached)
         i, level_end, depth, transitions, reported = 0, 1, 0, 0, 0.0
         families, no_edge = self.families, self.no_edge
+        por = space.reductions.persistent
+        no_answers, no_held = space.intern(P_ANSWERED, ()), space.intern(P_HELD, ())
+        persistent = self._persistent
         keys, state_of, keep = self.keys, space.state_of, self.keep
         find, canonical = index.get, space.canonical
         while i < len(keys):
@@ -304,19 +348,22 @@ class _Search:
                     max_seconds is not None and elapsed >= max_seconds
                 ):
                     break
-            ids = keys[i]
+            ids = unpack(keys[i])
             build = _Lazy(state_of, ids)
             successors: set[int] = set()
-            for family in families:
-                for number, new, patch, bad in family(ids, build):
+            chosen = None
+            if por and ids[P_ANSWERED] == no_answers and ids[P_HELD] != no_held:
+                chosen = persistent(ids, build)
+            for outcomes in chosen or (family(ids, build) for family in families):
+                for number, new, patch, bad in outcomes:
                     transitions += 1
                     if patch is not None:
                         target = patch(ids + new)
                         # A visited encoding is canonical already (canonical is idempotent).
-                        j = find(target)
+                        j = find(pack(*target))
                         if j is None:
                             target = canonical(target)
-                            j = find(target)
+                            j = find(pack(*target))
                     else:
                         target, j = ids, i
                     if bad:
@@ -324,8 +371,10 @@ class _Search:
                         self._violation_at_step(i, number, target, bad[0])
                         return self._finish(started, reached)
                     if j is None:
-                        j = index[target] = len(keys)
-                        keys.append(target)
+                        j = len(keys)
+                        packed = pack(*target)
+                        index[packed] = j
+                        keys.append(packed)
                         self.parent.append(i)
                         self.via.append(number)
                         if self._admit(j, reached):
@@ -342,14 +391,14 @@ class _Search:
         result.fixpoint = i == len(keys)
         if self.keep:
             result.graph = graph
-            result.states_list = [state_of(k) for k in keys]
-        if result.fixpoint:
+            result.states_list = [state_of(unpack(k)) for k in keys]
+        if result.fixpoint and self.progress:
             self._check_progress()
         return self._finish(started, reached)
 
     def _admit(self, j: int, reached: dict[str, bool]) -> bool:
         """Check a newly reached state; True if it breaks an invariant."""
-        ids = self.keys[j]
+        ids = self.space.unpack(self.keys[j])
         build = _Lazy(self.space.state_of, ids)
         for prop, memo in self.invariants:
             if not memo(ids, build):
@@ -394,7 +443,8 @@ class _Search:
                 break
             left = unmarked
         state_of, keys = self.space.state_of, self.keys
-        stuck = [s for s in reversed(left) if not state_of(keys[s]).stopped]
+        unpack = self.space.unpack
+        stuck = [s for s in reversed(left) if not state_of(unpack(keys[s])).stopped]
         self.result.stuck = len(stuck)
         if stuck:
             self._record(PROGRESS, self._path_to(stuck[0]), None)
@@ -405,7 +455,7 @@ class _Search:
         """(state ids, action number) pairs leading from INITIAL to state ``j``."""
         path = []
         while self.parent[j] >= 0:
-            path.append((self.keys[j], self.via[j]))
+            path.append((self.space.unpack(self.keys[j]), self.via[j]))
             j = self.parent[j]
         return path[::-1]
 

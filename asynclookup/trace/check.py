@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from asynclookup.conformance import engine as observe
 from asynclookup.spec import core
+from asynclookup.trace.fast import FastChecker
 from asynclookup.spec.properties import explanation_of, kind_of, title_of
 from asynclookup.trace.format import (
     ACTIONS,
@@ -45,6 +46,8 @@ from asynclookup.trace.format import (
 )
 
 Efficiency = Literal["fail", "warn"]
+Engine = Literal["fast", "old"]
+ENGINES: tuple[Engine, ...] = ("fast", "old")
 TRIM_EVERY = 1024  # feeds between trims of the engine's history
 PRUNE_EVERY = 16384  # feeds between prunes of the engine's per-probe notes
 ANCHORS_KEPT = 4096  # recent quiescent points remembered for excerpts
@@ -80,12 +83,16 @@ class TraceChecker:
 
     def __init__(
         self, header: Header, *, efficiency: Efficiency = "fail",
-        max_states: int = observe.MAX_STATES,
+        max_states: int = observe.MAX_STATES, engine: Engine = "fast",
     ) -> None:
         self.header = header
         self.efficiency = efficiency
-        self.engine = observe.Checker(
-            hidden_worker=not header.worker_steps, max_states=max_states, tagged_kept=TAGGED_KEPT
+        hidden = not header.worker_steps
+        self.fast = FastChecker(
+            hidden_worker=hidden, max_states=max_states, tagged_kept=TAGGED_KEPT
+        ) if engine == "fast" else None
+        self.engine: observe.Checker | FastChecker = self.fast or observe.Checker(
+            hidden_worker=hidden, max_states=max_states, tagged_kept=TAGGED_KEPT
         )
         self.open_lookups: dict[str, TraceEvent] = {}  # thread -> its lookup_called
         self.open_calls: dict[str, TraceEvent] = {}  # thread -> its tier_call_started
@@ -109,15 +116,21 @@ class TraceChecker:
         if self.found is not None:
             return self.found
         self.counts[event.kind] += 1
-        obs = self._observation(event)
-        if obs is None:
-            return None
         warned = len(self.engine.warnings)
         try:
-            violation = self.engine.observe(obs)
+            if self.fast is not None:
+                violation = self._fast_feed(event, self.fast)
+                if violation is False:
+                    return None
+            else:
+                obs = self._observation(event)
+                if obs is None:
+                    return None
+                violation = self.engine.observe(obs)
         except observe.OracleLimitError as exc:
             raise CheckLimitError(event.line, f"cannot check this trace: {exc}") from None
         if violation is not None:
+            assert not isinstance(violation, bool)
             self.found = Found(violation.number, violation.detail, event)
             return self.found
         if len(self.engine.warnings) > warned:
@@ -202,24 +215,94 @@ class TraceChecker:
         assert action is core.Shutdown, kind
         return observe.ShutdownSeen(error)
 
+    def _fast_feed(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | None | bool:
+        """The fast engine's step for ``event``; False: the event is not fed to an engine.
+
+        The hot kinds call the engine's steps with raw values, after the same
+        pairing checks as ``_observation``; the rest go through
+        ``_observation`` (the one mapping of events to observations).
+        """
+        kind, data = event.kind, event.data
+        if kind == "lookup_called" or kind == "tier_call_started":
+            self._observation(event)
+            return False
+        if fast.stopped or data.get("error") is not None or kind not in self._RAW:
+            obs = self._observation(event)
+            return False if obs is None else fast.observe(obs)
+        if kind == "lookup_returned":
+            called = self.open_lookups.get(event.thread)
+            if called is None or called.data["key"] != data["key"] or (
+                called.data["request"] != data["request"]
+            ):
+                self._observation(event)  # raises the pairing error
+            del self.open_lookups[event.thread]
+            return fast.lookup(data["key"], data["request"], data["verdict"])
+        if kind == "tier_call_finished":
+            self._observation(event)  # the pairing check
+            return fast.tier_call(data["keys"], data["request"], _answer(data))
+        if event.thread in self.open_lookups and kind in SCHEDULER_EVENTS:
+            self._observation(event)  # raises the pairing error
+        if kind == "flush":
+            self._last_flush = event.line
+            return fast.flush()
+        if kind == "cleanup":
+            return fast.cleanup(data["request"])
+        if kind == "drain":
+            return fast.drain()
+        if kind == "mark_miss":
+            return fast.mark_miss(data["keys"])
+        if kind == "mark_present":
+            return fast.mark_present(data["keys"])
+        if kind in INTERNAL_EVENTS or not self.header.worker_steps:
+            return False  # result_* events, hidden-mode worker steps: form only
+        return fast.take_batch() if kind == "take_batch" else fast.post()
+
+    _RAW = frozenset({
+        "lookup_returned", "tier_call_finished", "flush", "cleanup", "drain", "mark_miss",
+        "mark_present", "take_batch", "post", *INTERNAL_EVENTS,
+    })
+
     # -- bookkeeping after an explained observation -------------------------------------
 
     def _after(self, event: TraceEvent) -> None:
         engine = self.engine
-        self.max_states = max(self.max_states, engine.size)
+        size = engine.size
+        if size > self.max_states:
+            self.max_states = size
         # a quiescent point: the one possible state is INITIAL up to the generation
         # counter and a due drain of nothing
         if (
-            engine.size == 1 and engine.expects_empty()
-            and not self.open_lookups and not self.open_calls
+            size == 1 and not self.open_lookups and not self.open_calls
+            and engine.expects_empty()
         ):
-            (state,) = engine.states
-            self.anchors.append((event.line, self._last_flush if state.drain_due else None))
+            self.anchors.append((event.line, self._last_flush if self.drain_due() else None))
         self._fed += 1
-        if self._fed % TRIM_EVERY == 0:
+        if self._fed % TRIM_EVERY == 0 and isinstance(engine, observe.Checker):
             del engine.history[:]
         if self._fed % PRUNE_EVERY == 0:
             engine.forget_stale_notes()
+
+
+    def drain_due(self) -> bool:
+        """Whether the (first) possible state has a drain due."""
+        if self.fast is not None:
+            return self.fast.drain_due()
+        return self.engine.states[0].drain_due
+
+    def quiescent(self) -> bool:
+        """Whether the check stands at a quiescent point: one untagged possible state that
+        holds nothing, no call open (a chunk of the trace may start here)."""
+        engine = self.engine
+        return (
+            engine.size == 1 and not self.open_lookups and not self.open_calls
+            and engine.expects_empty() and self.found is None
+            and not any(self._tags())
+        )
+
+    def _tags(self) -> list[bool]:
+        if self.fast is not None:
+            return self.fast.tags
+        return [s not in self.engine.efficient_states() for s in self.engine.states]
 
 
 def _answer(data: dict[str, Any]) -> observe.Answer:
@@ -254,7 +337,9 @@ class Outcome:
         return {"conforming": 0, "violation": 1, "malformed": 2}[self.result]
 
 
-def check_lines(lines: Iterable[bytes], *, efficiency: Efficiency = "fail") -> Outcome:
+def check_lines(
+    lines: Iterable[bytes], *, efficiency: Efficiency = "fail", engine: Engine = "fast"
+) -> Outcome:
     """Check a trace given as raw lines; never raises for bad input (it is ``malformed``)."""
     started = time.perf_counter()
     outcome = Outcome("conforming")
@@ -263,7 +348,7 @@ def check_lines(lines: Iterable[bytes], *, efficiency: Efficiency = "fail") -> O
         for item in read_trace(lines):
             if isinstance(item, Header):
                 outcome.header = item
-                checker = TraceChecker(item, efficiency=efficiency)
+                checker = TraceChecker(item, efficiency=efficiency, engine=engine)
                 continue
             assert checker is not None
             outcome.events += 1
@@ -284,10 +369,11 @@ def check_lines(lines: Iterable[bytes], *, efficiency: Efficiency = "fail") -> O
 
 
 def first_found(
-    header: Header, events: Iterable[TraceEvent], *, efficiency: Efficiency = "fail"
+    header: Header, events: Iterable[TraceEvent], *, efficiency: Efficiency = "fail",
+    engine: Engine = "fast",
 ) -> Found | None:
     """The first blocking violation in ``events`` (None: none, or they are not well formed)."""
-    checker = TraceChecker(header, efficiency=efficiency)
+    checker = TraceChecker(header, efficiency=efficiency, engine=engine)
     try:
         for event in events:
             if checker.feed(event) is not None:

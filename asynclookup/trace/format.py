@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from typing import Any, NamedTuple
 
 from asynclookup.spec import core
@@ -392,25 +393,49 @@ def _check_answer(line_no: int, data: dict[str, Any]) -> None:
         data["failure"] = _failure(line_no, failure, n)
 
 
-def read_trace(lines: Iterable[bytes]) -> Iterator[Header | TraceEvent]:
+def read_trace(
+    lines: Iterable[bytes], *, resume: tuple[int, int] | None = None
+) -> Iterator[Header | TraceEvent]:
     """Parse a trace from its raw lines (each ending with ``\\n`` but perhaps the last).
 
     Yields the header, then each event; raises TraceFormatError at the first
-    problem.  Holds one line at a time, so a file of any length streams.
+    problem.  Holds one block of ``BLOCK`` lines at a time, so a file of any
+    length streams.  ``resume=(line, seq)``: the lines are a file's tail that
+    starts after ``line``, whose event had ``seq`` (no header is read or
+    yielded); ``asynclookup.trace.jobs`` checks chunks so.
+
+    Each block is decoded with one ``json.loads`` and each object validated by
+    a fast test of the common shapes; a block that does not decode, or an
+    object the fast test does not accept, goes through the line-by-line path
+    (``parse_event``), which gives the one error message for each problem.
     """
     source = iter(lines)
-    raw = next(source, None)
-    if raw is None:
-        raise TraceFormatError(0, "empty file: a trace starts with its header line")
-    last_seq, last_line, line_no = -1, 0, 0
-    while raw is not None:
+    if resume is None:
+        raw = next(source, None)
+        if raw is None:
+            raise TraceFormatError(0, "empty file: a trace starts with its header line")
         following = next(source, None)
-        line_no += 1
-        obj = _decode(line_no, raw, following is None)
-        if line_no == 1:
-            yield parse_header(obj)
-        else:
-            event = parse_event(line_no, obj)
+        yield parse_header(_decode(1, raw, following is None))
+        line_no, last_seq, last_line = 1, -1, 0
+        block = [following] if following is not None else []
+    else:
+        line_no, last_seq = resume
+        last_line, block = line_no, []
+    block += islice(source, BLOCK - len(block))
+    while block:
+        ahead = list(islice(source, BLOCK))
+        objs = _decode_block(block, last=not ahead)
+        for i, raw in enumerate(block):
+            line_no += 1
+            if objs is not None:
+                obj = objs[i]
+            else:
+                obj = _decode(line_no, raw, not ahead and i == len(block) - 1)
+            event = _fast_event(line_no, obj) if type(obj) is dict else None
+            if event is None:
+                if type(obj) is not dict:
+                    raise TraceFormatError(line_no, f"not a JSON object but {_json_type(obj)}")
+                event = parse_event(line_no, obj)
             if event.seq <= last_seq:
                 raise TraceFormatError(
                     line_no,
@@ -419,4 +444,128 @@ def read_trace(lines: Iterable[bytes]) -> Iterator[Header | TraceEvent]:
                 )
             last_seq, last_line = event.seq, line_no
             yield event
-        raw = following
+        block = ahead
+
+
+BLOCK = 2048  # lines decoded by one json.loads
+
+
+def _decode_block(block: list[bytes], last: bool) -> list[Any] | None:
+    """Every line of ``block`` as JSON in one call, or None: decode line by line instead."""
+    if last and not block[-1].endswith(b"\n"):
+        return None  # a truncated last line needs its own message
+    try:
+        objs = json.loads(b"[" + b",".join(block) + b"]")
+    except ValueError:
+        return None
+    if len(objs) != len(block):  # a line held two values, or none
+        return None
+    return objs  # type: ignore[no-any-return]
+
+
+_KEYS: dict[str, bytes] = {}  # hex text -> key, for keys already validated
+_KEYS_KEPT = 1 << 16
+
+
+def _fast_key(value: object) -> bytes | None:
+    key = _KEYS.get(value) if type(value) is str else None
+    if key is None:
+        key = _key(value)
+        if key is not None:
+            if len(_KEYS) >= _KEYS_KEPT:
+                _KEYS.clear()
+            _KEYS[value] = key  # type: ignore[index]
+    return key
+
+
+def _fast_keys(value: object) -> tuple[bytes, ...] | None:
+    if type(value) is not list:
+        return None
+    out = []
+    for item in value:
+        key = _fast_key(item)
+        if key is None:
+            return None
+        out.append(key)
+    return tuple(out)
+
+
+def _fast_triples(value: object, entries: bool) -> list[tuple[Any, ...]] | None:
+    if type(value) is not list:
+        return None
+    out = []
+    for item in value:
+        if type(item) is not list or len(item) != 3:
+            return None
+        key, middle, last = item
+        if entries:
+            if type(middle) is not str or type(last) is not int or last < 0:
+                return None
+        elif type(middle) is not int or middle < 0 or type(last) is not bool:
+            return None
+        k = _fast_key(key)
+        if k is None:
+            return None
+        out.append((k, middle, last))
+    return out
+
+
+_COMMON = frozenset({"seq", "event", "thread"})
+_SHAPES: dict[str, frozenset[str]] = {
+    kind: _COMMON | {f.name for f in fields} for kind, fields in EVENTS.items()
+}
+
+
+def _fast_event(line_no: int, obj: dict[str, Any]) -> TraceEvent | None:
+    """``obj`` as an event when it has a common, valid shape; None: let ``parse_event`` judge.
+
+    Accepts only what ``parse_event`` accepts, and builds the same values.
+    """
+    kind, seq, thread = obj.get("event"), obj.get("seq"), obj.get("thread")
+    if type(seq) is not int or seq < 0 or type(thread) is not str or type(kind) is not str:
+        return None
+    shape = _SHAPES.get(kind)
+    if shape is None or not obj.keys() <= shape:
+        return None
+    data: dict[str, Any] = {}
+    for name, value in obj.items():
+        if name in _COMMON:
+            continue
+        if name == "key":
+            converted: Any = _fast_key(value)
+        elif name == "keys":
+            converted = _fast_keys(value)
+        elif name == "request":
+            converted = value if type(value) is str else None
+        elif name == "verdict":
+            if value is not None and type(value) is not bool:
+                return None
+            if kind == "result_applied" and value is None:
+                return None
+            data[name] = value
+            continue
+        elif name == "answers":
+            if type(value) is not list or not all(type(v) is bool for v in value):
+                return None
+            converted = tuple(value)
+        elif name in ("submitted", "dropped", "entries"):
+            converted = _fast_triples(value, entries=True)
+        elif name == "results":
+            converted = _fast_triples(value, entries=False)
+        elif name == "generation":
+            converted = value if type(value) is int and value >= 0 else None
+        else:
+            return None  # error, failure, joined, reason, requests: the full path
+        if converted is None:
+            return None
+        data[name] = converted
+    if len(data) != len(obj) - 3:
+        return None
+    for field in EVENTS[kind]:
+        if field.required and field.name not in data:
+            return None
+    if kind == "tier_call_finished":
+        answers = data.get("answers")
+        if answers is None or len(answers) != len(data["keys"]):
+            return None
+    return TraceEvent(line_no, seq, kind, thread, data)

@@ -1,0 +1,321 @@
+"""Find a vLLM-shaped class's tables by their shape, for the leak check and the settles.
+
+The leak check (property 5) reads three tables of the class: its probe
+states, its request index and the step's batch; the settles count what its
+worker posts on its results queue.  vLLM calls them ``_lookup_state``,
+``_req_keys``, ``_lookup_batch`` and ``_pending_results``; copies of it call
+them otherwise.  ``explore`` builds one throwaway instance of the class (its
+``batch_lookup`` answering False) and asks it one question: after
+``lookup(K, R)`` and no flush,
+
+- a mapping keyed by the key ``K`` is a probe table;
+- a mapping keyed by the request ``R`` (its id or its context) whose value
+  mentions ``K`` is a request index;
+- any other collection holding an entry that mentions ``K`` is a batch;
+
+then, after ``flush()``, the queue the worker puts on once the tier has
+answered (not the one the flush put on) is the results queue.  Attributes are
+searched one level deep (``_book.states``).  A role the user names
+(``--tables probes=_states``) is taken as named, and only checked to exist.
+
+It judges nothing: a table found here is only read by the driver's leak
+check, which wants every table empty when the spec holds nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sized
+from dataclasses import dataclass, field
+from typing import Any
+
+from asynclookup.conformance.shape import ROLES, Shape
+
+KEY = b"asynclookup-shape-probe-key"
+REQUEST = "asynclookup-shape-probe-request"
+TIER_WAIT = 2.0  # seconds the exploration waits for the throwaway worker's tier call
+POST_WAIT = 1.0  # then for its post on a results queue
+DEPTH = 4  # how deep an entry is searched for the key
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table the oracle reads: its role, its attribute path, how it was chosen."""
+
+    role: str  # probes, index, batch or results
+    path: str  # an attribute of the manager, or of one of its attributes (a.b)
+    named: bool  # named with --tables (else found by shape)
+
+
+@dataclass(frozen=True)
+class TablesUsed:
+    """What ``explore`` found, and what it could not."""
+
+    tables: tuple[Table, ...] = ()  # probes, index, batch: the leak check's tables
+    results: Table | None = None  # counted for settles (not a leak table)
+    reason: str | None = None  # why a role has no table, when it has none
+    first_verdict: object = None  # what lookup answered for a key never looked up
+    cleanup_error: str | None = None  # what cleanup raised, if it did
+
+    @property
+    def leak_check(self) -> bool:
+        return bool(self.tables)
+
+    def describe(self) -> str:
+        """One phrase: the tables and how each was chosen, or why there are none."""
+        if not self.tables:
+            return f"OFF ({self.reason})"
+        named = [f"{t.role}={t.path}" for t in self.tables if t.named]
+        found = [f"{t.role}={t.path}" for t in self.tables if not t.named]
+        parts = ([f"named {', '.join(named)}"] if named else []) + (
+            [f"found by shape {', '.join(found)}"] if found else [])
+        absent = [r for r in ROLES[:3] if r not in {t.role for t in self.tables}]
+        text = f"on ({'; '.join(parts)}"
+        if absent:
+            text += f"; no {', '.join(absent)} table"
+        return text + ")"
+
+    def as_json(self) -> dict[str, Any]:
+        """Each role's attribute and how it was chosen (null: none), and the reason."""
+        by_role: dict[str, Any] = {role: None for role in ROLES}
+        for t in (*self.tables, *([self.results] if self.results else [])):
+            by_role[t.role] = {"attribute": t.path, "how": "named" if t.named else "shape"}
+        return {**by_role, "reason": self.reason}
+
+
+def resolve(manager: Any, path: str) -> Any:
+    """The object at ``path`` (``a`` or ``a.b``) on ``manager``; AttributeError if none."""
+    found = manager
+    for part in path.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def readable(table: Any) -> Sized:
+    """A table as a sized collection (a ``queue.Queue`` as the list of its items)."""
+    if isinstance(table, Sized):
+        return table
+    inner = getattr(table, "queue", None)  # queue.Queue keeps its items in a deque
+    if isinstance(inner, Sized) and isinstance(inner, Iterable):
+        return list(inner)
+    raise TypeError(f"{type(table).__name__} is not a collection")
+
+
+@dataclass
+class _Stub:
+    """The throwaway instance's tier: answers False, tells when it was called."""
+
+    called: threading.Event = field(default_factory=threading.Event)
+
+    def answer(self, keys: Any) -> list[bool]:
+        self.called.set()
+        return [False] * len(list(keys))
+
+
+class _PutCounter:
+    """Wraps a queue of the throwaway instance: counts puts, wakes a shared condition."""
+
+    def __init__(self, inner: Any, changed: threading.Condition) -> None:
+        self._inner = inner
+        self._changed = changed
+        self.puts = 0
+
+    def put(self, item: Any, *args: Any, **kwargs: Any) -> None:
+        self._inner.put(item, *args, **kwargs)
+        with self._changed:
+            self.puts += 1
+            self._changed.notify_all()
+
+    def put_nowait(self, item: Any) -> None:
+        self.put(item)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def is_queue(value: object) -> bool:
+    """Whether ``value`` looks like a thread-safe queue (put and get_nowait)."""
+    return callable(getattr(value, "put", None)) and callable(getattr(value, "get_nowait", None))
+
+
+def explore(
+    build: Callable[[Callable[[Any], list[bool]]], Any],
+    shape: Shape,
+    context: Callable[[str], Any],
+) -> TablesUsed:
+    """Find the tables of the instance ``build(answer)`` makes (its tier: ``answer``).
+
+    ValueError (one line) for a named table the instance lacks; anything else
+    that goes wrong only turns the leak check off, with the reason.
+    """
+    stub = _Stub()
+    try:
+        manager = build(stub.answer)
+    except Exception as exc:
+        return TablesUsed(reason=f"building one instance to find its tables raised {_one(exc)}")
+    try:
+        return _explore(manager, shape, context, stub)
+    finally:
+        with contextlib.suppress(Exception):
+            getattr(manager, shape.name("shutdown") or "shutdown")()
+
+
+def _explore(manager: Any, shape: Shape, context: Callable[[str], Any], stub: _Stub) -> TablesUsed:
+    named: list[Table] = []
+    for role in ROLES:
+        path = shape.table(role)
+        if not path:
+            continue
+        try:
+            value = resolve(manager, path)
+            if role != "results":
+                readable(value)
+        except AttributeError:
+            raise ValueError(
+                f"--tables {role}={path}: {type(manager).__name__} has no attribute {path} "
+                f"(it has {', '.join(_tables_of(manager)) or 'no tables'})"
+            ) from None
+        except TypeError as exc:
+            raise ValueError(f"--tables {role}={path}: {exc}") from None
+        named.append(Table(role, path, named=True))
+    said = {role for role, _ in shape.tables}
+    changed = threading.Condition()
+    counters: dict[str, _PutCounter] = {}
+    for path, value in _attributes(manager):
+        if "." not in path and is_queue(value):
+            counters[path] = _PutCounter(value, changed)
+            setattr(manager, path, counters[path])
+    try:
+        verdict = getattr(manager, shape.name("lookup") or "lookup")(KEY, context(REQUEST))
+    except Exception as exc:
+        return TablesUsed(tuple(t for t in named if t.role != "results"),
+                          reason=f"lookup raised {_one(exc)} while its tables were looked for")
+    found = _by_shape(manager, said)
+    tables = tuple(sorted(
+        [t for t in named if t.role != "results"] + found, key=lambda t: ROLES.index(t.role)))
+    results = next((t for t in named if t.role == "results"), None)
+    if "results" not in said:
+        results = _results_queue(manager, shape, counters, changed, stub)
+    for path, counter in counters.items():
+        setattr(manager, path, counter._inner)
+    cleanup_error = _rest_of_life(manager, shape, context)
+    reason = None
+    if not tables:
+        off = all(shape.table(role) is None for role in ROLES[:3])
+        reason = "--tables none" if off else (
+            "no attribute of the class holds the looked-up key after lookup(): "
+            "name its tables with --tables probes=...,index=...,batch=..."
+        )
+    return TablesUsed(tables, results, reason, verdict, cleanup_error)
+
+
+def _rest_of_life(manager: Any, shape: Shape, context: Callable[[str], Any]) -> str | None:
+    """Drain and clean up the throwaway instance; what cleanup raised, if it did."""
+    with contextlib.suppress(Exception):
+        getattr(manager, shape.name("drain_results") or "drain_results")()
+    try:
+        arg = context(REQUEST) if shape.passes_context else REQUEST
+        getattr(manager, shape.name("cleanup") or "cleanup")(arg)
+    except Exception as exc:
+        return _one(exc)
+    return None
+
+
+def _by_shape(manager: Any, said: set[str]) -> list[Table]:
+    """The tables of the roles not named, by what they hold after lookup(KEY, REQUEST)."""
+    out: list[Table] = []
+    seen: set[int] = set()
+    for path, value in _attributes(manager):
+        if id(value) in seen or not _collection(value):
+            continue
+        role = _role(value)
+        if role is None or role in said:
+            continue
+        seen.add(id(value))
+        out.append(Table(role, path, named=False))
+    return out
+
+
+def _role(value: Any) -> str | None:
+    if isinstance(value, Mapping):
+        keys = list(value.keys())
+        if any(k == KEY for k in keys):
+            return "probes"
+        for k in keys:
+            if (k == REQUEST or getattr(k, "req_id", None) == REQUEST) and _mentions(value[k]):
+                return "index"
+        return "batch" if any(_mentions(v) for v in value.values()) else None
+    return "batch" if any(_mentions(v) for v in value) else None
+
+
+def _mentions(value: Any, depth: int = DEPTH) -> bool:
+    """Whether ``value`` holds the key ``KEY``, searched ``depth`` levels deep."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value) == KEY
+    if depth == 0 or isinstance(value, str | int | float | bool) or value is None:
+        return False
+    if isinstance(value, Mapping):
+        return any(_mentions(k, depth - 1) or _mentions(v, depth - 1) for k, v in value.items())
+    if isinstance(value, Iterable) and isinstance(value, Sized):
+        return any(_mentions(v, depth - 1) for v in list(value))
+    fields = getattr(value, "__dict__", None)
+    if isinstance(fields, dict):
+        return any(_mentions(v, depth - 1) for v in fields.values())
+    slots = getattr(type(value), "__slots__", ())
+    return any(_mentions(getattr(value, s, None), depth - 1) for s in slots)
+
+
+def _collection(value: object) -> bool:
+    """A mutable collection a table could be (not a string, a tuple or a queue)."""
+    if isinstance(value, str | bytes | bytearray | tuple | frozenset):
+        return False
+    return isinstance(value, Sized) and isinstance(value, Iterable)
+
+
+def _attributes(manager: Any) -> list[tuple[str, Any]]:
+    """The manager's attributes, and those of its plain attribute objects (one level)."""
+    out: list[tuple[str, Any]] = []
+    for name, value in list(vars(manager).items()):
+        out.append((name, value))
+        inner = getattr(value, "__dict__", None)
+        if (
+            isinstance(inner, dict) and not _collection(value) and not is_queue(value)
+            and not callable(value) and not isinstance(value, threading.Thread | type)
+            and type(value).__module__ not in ("threading", "queue", "logging")
+        ):
+            out.extend((f"{name}.{k}", v) for k, v in list(inner.items()))
+    return out
+
+
+def _tables_of(manager: Any) -> list[str]:
+    return [path for path, value in _attributes(manager)
+            if _collection(value) or isinstance(value, queue.Queue)]
+
+
+def _results_queue(
+    manager: Any, shape: Shape, counters: dict[str, _PutCounter],
+    changed: threading.Condition, stub: _Stub,
+) -> Table | None:
+    """The queue the worker puts on after its tier call (flush puts on another)."""
+    if not counters:
+        return None
+    try:
+        getattr(manager, shape.name("flush") or "flush")()
+    except Exception:
+        return None
+    submitted = {path for path, c in counters.items() if c.puts}
+    if not stub.called.wait(TIER_WAIT):
+        return None
+    with changed:
+        changed.wait_for(
+            lambda: any(c.puts for p, c in counters.items() if p not in submitted), POST_WAIT
+        )
+        posted = [p for p, c in counters.items() if p not in submitted and c.puts]
+    return Table("results", posted[0], named=False) if len(posted) == 1 else None
+
+
+def _one(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,625 @@
+"""The trace checker's fast engine: the oracle's set of possible states, stored per key.
+
+Theory of operation
+-------------------
+``asynclookup.conformance.engine.Checker`` (the *old engine* here) keeps the set
+of spec States consistent with a trace so far, each a whole ``State`` value that
+every observation rebuilds, sorts and hashes: an event costs (possible states)
+x (keys held).  ``FastChecker`` keeps the same set, in the same order and with
+the same tags, factorised:
+
+- the request -> keys index is one table: only ``lookup`` and ``cleanup`` change
+  it, whatever the worker did, so every possible state holds the same index;
+- the probes are one shared table ``base`` plus, per possible state, an
+  *overlay* of the keys on which that state differs from ``base`` (canonical:
+  an overlay never repeats ``base``'s value, so two states are equal exactly
+  when their overlays and pipelines are);
+- the worker pipeline (batch, queue, held, answered, posted), ``drain_due`` and
+  the generation counter are per state, as plain tuples.
+
+An event steps only the keys it names.  When one state remains its overlay
+folds into ``base``, so a trace that records the worker's steps costs one dict
+update per key named; where the trace leaves the worker's moves ambiguous
+(hidden ``take_batch``/``post``) the joint search runs over overlays and
+pipelines only, and a key on which every state agrees again moves back to
+``base``.
+
+The rules are the engine's, applied in the engine's order (lookups with and
+without an early drain, the tagged wasteful cleanup, the closure under hidden
+worker steps, the trimming of tagged states), with the same classification
+notes.  What it does not judge itself it hands to an old engine seeded with
+exactly its states and notes, and takes the states back: an observation no
+state explains (so a violation's property and detail are the engine's own),
+the first set whose every state is tagged (the property-8 warning), a call that
+raised, ``shutdown`` and everything after it, a dead worker.  tests/
+test_trace_engines.py steps random traces through both and compares the sets,
+the notes and the verdicts after every event.
+
+It drives no implementation and checks against the spec's own transitions only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, TypeAlias
+
+from asynclookup.conformance import engine as observe
+from asynclookup.conformance.classify import NO_VALUE
+from asynclookup.conformance.observations import verdict_candidates
+from asynclookup.spec.core import Entry, Phase, Probe, Result, State
+
+PENDING, IN_FLIGHT, RESOLVED = 0, 1, 2
+PHASES = (Phase.PENDING, Phase.IN_FLIGHT, Phase.RESOLVED)
+_CODE = {phase: i for i, phase in enumerate(PHASES)}
+PROMOTE_SLACK = 16  # overlay entries tolerated before agreed keys move back to base
+
+P: TypeAlias = tuple[int, int, "bool | None", frozenset[str]]  # generation, phase, verdict, reqs
+Overlay: TypeAlias = dict[bytes, "P | None"]  # None: the state holds no probe of the key
+# One possible state: overlay, next generation, batch, queue, held, answered, posted, drain_due.
+# Entries are (key, request, generation), results (key, generation, verdict), as in the spec.
+H: TypeAlias = tuple[Overlay, int, tuple[Any, ...], tuple[Any, ...], tuple[Any, ...],
+                     tuple[Any, ...], tuple[Any, ...], bool]
+
+
+class FastChecker:
+    """The engine's set of possible states, factorised per key (see the module docstring).
+
+    ``hidden_worker``, ``max_states`` and ``tagged_kept`` mean what they mean for
+    ``asynclookup.conformance.engine.Checker``.
+    """
+
+    def __init__(
+        self, *, hidden_worker: bool, max_states: int = observe.MAX_STATES,
+        tagged_kept: int = observe.TAGGED_KEPT,
+    ) -> None:
+        self.hidden_worker = hidden_worker
+        self.max_states = max_states
+        self.tagged_kept = tagged_kept
+        self.base: dict[bytes, P] = {}
+        self.index: dict[str, set[bytes]] = {}
+        self.hyps: list[H] = [({}, 0, (), (), (), (), (), False)]
+        self.tags: list[bool] = [False]
+        self._promote_at = PROMOTE_SLACK  # overlay size that triggers a promotion sweep
+        self.violation: observe.Violation | None = None
+        self.warnings: list[observe.Violation] = []
+        self.stopped = False
+        # the engine's classification notes, kept the engine's way
+        self.faulty: dict[tuple[bytes, int], object] = {}
+        self.missed: set[tuple[bytes, int]] = set()
+        self.flush_dropped = False
+        self.dropped: set[tuple[bytes, str]] = set()
+        self.ever_dropped = False
+        self.stale: set[tuple[bytes, int]] = set()
+
+    # -- what the trace checker reads ------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """How many states are possible."""
+        return len(self.hyps)
+
+    def expects_empty(self) -> bool:
+        """Whether no possible state holds anything (as ``Checker.expects_empty``)."""
+        if self.stopped or self.index:
+            return False
+        for h in self.hyps:
+            if h[2] or h[3] or h[4] or h[5] or h[6] or self._count(h[0]):
+                return False
+        return True
+
+    def drain_due(self) -> bool:
+        """Whether the first possible state has a drain due (for a quiescent anchor)."""
+        return self.hyps[0][7]
+
+    @property
+    def states(self) -> tuple[State, ...]:
+        """The possible states as spec States, efficient ones first (as ``Checker.states``)."""
+        pairs = self.export()
+        return tuple(sorted(pairs, key=lambda s: pairs[s]))
+
+    def export(self) -> dict[State, bool]:
+        """The possible states as the engine keeps them: spec State -> tagged, in order."""
+        index = tuple(sorted((r, frozenset(ks)) for r, ks in self.index.items()))
+        out: dict[State, bool] = {}
+        for h, tag in zip(self.hyps, self.tags, strict=True):
+            table = dict(self.base)
+            for k, p in h[0].items():
+                if p is None:
+                    del table[k]
+                else:
+                    table[k] = p
+            probes = tuple(
+                (k, Probe(p[0], PHASES[p[1]], p[2], p[3])) for k, p in sorted(table.items())
+            )
+            out[State(
+                probes=probes, index=index, next_generation=h[1],
+                batch=tuple(Entry._make(e) for e in h[2]),
+                queue=tuple(tuple(Entry._make(e) for e in b) for b in h[3]),
+                held=tuple(Entry._make(e) for e in h[4]),
+                answered=tuple(Result._make(r) for r in h[5]),
+                posted=tuple(Result._make(r) for r in h[6]),
+                drain_due=h[7], stopped=self.stopped,
+            )] = tag
+        return out
+
+    def notes(self) -> dict[str, Any]:
+        """The classification notes, by the engine's attribute names."""
+        return {
+            "faulty": self.faulty, "missed": self.missed, "flush_dropped": self.flush_dropped,
+            "dropped": self.dropped, "ever_dropped": self.ever_dropped, "stale": self.stale,
+        }
+
+    def forget_stale_notes(self) -> None:
+        """Drop notes on probes no possible state holds (as ``Checker.forget_stale_notes``)."""
+        if not (self.faulty or self.missed or self.dropped):
+            return
+        live: set[tuple[bytes, int]] = {(k, p[0]) for k, p in self.base.items()}
+        for h in self.hyps:
+            live.update((k, p[0]) for k, p in h[0].items() if p is not None)
+            live.update((e[0], e[2]) for e in h[2] + h[4])
+            live.update((e[0], e[2]) for b in h[3] for e in b)
+            live.update((r[0], r[1]) for r in h[5] + h[6])
+        self.faulty = {kg: v for kg, v in self.faulty.items() if kg in live}
+        self.missed &= live
+        keys = {key for key, _ in live}
+        self.dropped = {(key, request) for key, request in self.dropped if key in keys}
+
+    # -- observations ------------------------------------------------------------------
+
+    def observe(self, obs: observe.Observation) -> observe.Violation | None:
+        """Take one observation object (as ``Checker.observe``); dispatches to the steps below."""
+        if self.violation is not None:
+            return self.violation
+        error = getattr(obs, "error", None)
+        if error is not None or self.stopped:
+            return self._delegate(obs)
+        if isinstance(obs, observe.LookupSeen):
+            return self.lookup(obs.key, obs.request, obs.verdict, obs)
+        if isinstance(obs, observe.FlushSeen):
+            return self.flush(obs)
+        if isinstance(obs, observe.CleanupSeen):
+            return self.cleanup(obs.request, obs)
+        if isinstance(obs, observe.MarkMissSeen):
+            return self.mark_miss(obs.keys, obs)
+        if isinstance(obs, observe.MarkPresentSeen):
+            return self.mark_present(obs.keys, obs)
+        if isinstance(obs, observe.DrainSeen):
+            return self.drain(obs)
+        if isinstance(obs, observe.TierCallSeen):
+            return self.tier_call(obs.keys, obs.request, obs.answer, obs)
+        if isinstance(obs, observe.TakeBatchSeen) and obs.took:
+            return self.take_batch(obs)
+        if isinstance(obs, observe.PostSeen) and obs.posted:
+            return self.post(obs)
+        if isinstance(obs, observe.Tables):
+            return self.tables(obs.keys, obs.requests, obs)
+        return self._delegate(obs)
+
+    def lookup(
+        self, key: bytes, request: str, verdict: object, obs: Any = None
+    ) -> observe.Violation | None:
+        """``lookup(key, request)`` returned ``verdict``, with or without an early drain."""
+        self._note_stale_results()
+        out: list[tuple[H, bool]] = []
+        for h, tag in zip(self.hyps, self.tags, strict=True):
+            starts = [h]
+            if h[6] and not h[7]:
+                starts.append(self._apply_posted(h))
+            for start in starts:
+                nxt, got = self._lookup(start, key, request)
+                if got is verdict:
+                    out.append((nxt, tag))
+        return self._commit(
+            out, obs, lambda: observe.LookupSeen(key, request, verdict),  # type: ignore[arg-type]
+            lambda: self.index.setdefault(request, set()).add(key),
+        )
+
+    def flush(self, obs: Any = None) -> observe.Violation | None:
+        """``flush()`` returned: apply posted results, submit the live part of the batch."""
+        self._note_stale_results()
+        get = self._get
+        dropped = {
+            (e[0], e[1]) for h in self.hyps for e in h[2]
+            if (p := get(h[0], e[0])) is None or p[0] != e[2]
+        }
+        self.flush_dropped = bool(dropped)
+        self.dropped |= dropped
+        self.ever_dropped = self.ever_dropped or self.flush_dropped
+        out = [(self._flush(h), tag) for h, tag in zip(self.hyps, self.tags, strict=True)]
+        return self._commit(out, obs, observe.FlushSeen)
+
+    def drain(self, obs: Any = None) -> observe.Violation | None:
+        """``drain_results()`` returned: apply every posted result."""
+        self._note_stale_results()
+        out = [(self._apply_posted(h), tag) for h, tag in zip(self.hyps, self.tags, strict=True)]
+        return self._commit(out, obs, observe.DrainSeen)
+
+    def cleanup(self, request: str, obs: Any = None) -> observe.Violation | None:
+        """``cleanup(request)``: the spec's, plus (tagged) one that also deletes orphans."""
+        mine = sorted(self.index.get(request, ()))
+        out: list[tuple[H, bool]] = []
+        for h, tag in zip(self.hyps, self.tags, strict=True):
+            overlay = h[0]
+            nxt = dict(overlay)
+            orphans = []
+            for key in mine:
+                p = self._get(overlay, key)
+                assert p is not None, "index names a key without state"
+                requesters = p[3] - {request}
+                if not requesters and p[1] != IN_FLIGHT:
+                    self._put(nxt, key, None)
+                else:
+                    self._put(nxt, key, (p[0], p[1], p[2], requesters))
+                    if not requesters:
+                        orphans.append(key)
+            out.append(((nxt, *h[1:]), tag))  # type: ignore[arg-type]
+            if orphans:
+                wasteful = dict(nxt)
+                for key in orphans:
+                    self._put(wasteful, key, None)
+                out.append(((wasteful, *h[1:]), True))  # type: ignore[arg-type]
+        return self._commit(
+            out, obs, lambda: observe.CleanupSeen(request), lambda: self.index.pop(request, None),
+            setdefault=True,
+        )
+
+    def mark_miss(self, keys: tuple[bytes, ...], obs: Any = None) -> observe.Violation | None:
+        """``mark_miss(keys)``: resolved probes of these keys become False."""
+        for h in self.hyps:
+            for key in keys:
+                p = self._get(h[0], key)
+                if p is not None and p[1] != RESOLVED:
+                    self.missed.add((key, p[0]))
+        out: list[tuple[H, bool]] = []
+        for h, tag in zip(self.hyps, self.tags, strict=True):
+            nxt = dict(h[0])
+            for key in keys:
+                p = self._get(nxt, key)
+                if p is not None and p[1] == RESOLVED:
+                    self._put(nxt, key, (p[0], RESOLVED, False, p[3]))
+            out.append(((nxt, *h[1:]), tag))  # type: ignore[arg-type]
+        return self._commit(out, obs, lambda: observe.MarkMissSeen(keys))
+
+    def mark_present(self, keys: tuple[bytes, ...], obs: Any = None) -> observe.Violation | None:
+        """``mark_present(keys)``: a new RESOLVED True generation, or forget an orphan."""
+        out: list[tuple[H, bool]] = []
+        for h, tag in zip(self.hyps, self.tags, strict=True):
+            nxt, gen = dict(h[0]), h[1]
+            for key in keys:
+                p = self._get(nxt, key)
+                if p is None or p[2] is True:
+                    continue
+                if not p[3]:
+                    self._put(nxt, key, None)
+                else:
+                    self._put(nxt, key, (gen, RESOLVED, True, p[3]))
+                    gen += 1
+            out.append(((nxt, gen, *h[2:]), tag))  # type: ignore[arg-type]
+        return self._commit(out, obs, lambda: observe.MarkPresentSeen(keys))
+
+    def take_batch(self, obs: Any = None) -> observe.Violation | None:
+        """The worker took a batch (recorded worker steps)."""
+        out = [
+            (nxt, tag) for h, tag in zip(self.hyps, self.tags, strict=True)
+            if (nxt := _take(h)) is not None
+        ]
+        return self._commit(out, obs, lambda: observe.TakeBatchSeen(True))
+
+    def post(self, obs: Any = None) -> observe.Violation | None:
+        """The worker posted its answered results (recorded worker steps)."""
+        out = [
+            (nxt, tag) for h, tag in zip(self.hyps, self.tags, strict=True)
+            if (nxt := _post(h)) is not None
+        ]
+        return self._commit(out, obs, lambda: observe.PostSeen(True))
+
+    def tier_call(
+        self, keys: tuple[bytes, ...], request: str, answer: observe.Answer, obs: Any = None
+    ) -> observe.Violation | None:
+        """A tier call of the worker: the held group of ``request``, per allowed verdict."""
+        out: list[tuple[H, bool]] = []
+        wanted = sorted(keys)
+        n = len(keys)
+        proper = answer.proper(n)
+        candidates = verdict_candidates(answer, n)
+        for h, tag in zip(self.hyps, self.tags, strict=True):
+            held = h[4]
+            group = [e for e in held if e[1] == request]
+            if not group:
+                continue
+            by_key = {e[0]: e for e in group}
+            if len(by_key) != len(group) or sorted(by_key) != wanted:
+                continue
+            ordered = [by_key[k] for k in keys]
+            if not proper:
+                values = answer.values
+                for i, e in enumerate(ordered):
+                    self.faulty[e[0], e[2]] = values[i] if i < len(values) else NO_VALUE
+            rest = tuple(e for e in held if e[1] != request)
+            for verdicts in candidates:
+                results = tuple((e[0], e[2], v) for e, v in zip(ordered, verdicts, strict=True))
+                out.append(((h[0], h[1], h[2], h[3], rest, h[5] + results, h[6], h[7]), tag))
+        return self._commit(
+            out, obs, lambda: observe.TierCallSeen(keys, request, answer)
+        )
+
+    def tables(
+        self, keys: frozenset[bytes], requests: frozenset[str], obs: Any = None
+    ) -> observe.Violation | None:
+        """A ``tables`` snapshot: keep the states whose probe keys and index match."""
+        out: list[tuple[H, bool]] = []
+        if frozenset(self.index) == requests:
+            base_keys = set(self.base)
+            for h, tag in zip(self.hyps, self.tags, strict=True):
+                held = set(base_keys)
+                for k, p in h[0].items():
+                    if p is None:
+                        held.discard(k)
+                    else:
+                        held.add(k)
+                if held == keys:
+                    out.append((h, tag))
+        return self._commit(out, obs, lambda: observe.Tables(keys, requests))
+
+    # -- the spec's actions on one possible state ----------------------------------------
+
+    def _get(self, overlay: Overlay, key: bytes) -> P | None:
+        if key in overlay:
+            return overlay[key]
+        return self.base.get(key)
+
+    def _put(self, overlay: Overlay, key: bytes, p: P | None) -> None:
+        """Set ``key`` in an overlay being built, keeping it canonical."""
+        if p == self.base.get(key):
+            overlay.pop(key, None)
+        else:
+            overlay[key] = p
+
+    def _count(self, overlay: Overlay) -> int:
+        """How many probes a state with this overlay holds."""
+        base = self.base
+        n = len(base)
+        for k, p in overlay.items():
+            n += (p is not None) - (k in base)
+        return n
+
+    def _apply_posted(self, h: H) -> H:
+        if not h[6]:
+            return (h[0], h[1], h[2], h[3], h[4], h[5], (), False)
+        nxt = dict(h[0])
+        for key, generation, verdict in h[6]:
+            p = self._get(nxt, key)
+            if p is None or p[0] != generation:
+                continue
+            if not p[3]:
+                self._put(nxt, key, None)
+            else:
+                self._put(nxt, key, (p[0], RESOLVED, verdict, p[3]))
+        return (nxt, h[1], h[2], h[3], h[4], h[5], (), False)
+
+    def _lookup(self, h: H, key: bytes, request: str) -> tuple[H, bool | None]:
+        if h[7]:
+            h = self._apply_posted(h)
+        overlay, gen, batch = h[0], h[1], h[2]
+        p = self._get(overlay, key)
+        if p is None:
+            p = (gen, PENDING, None, frozenset((request,)))
+            batch = (*batch, (key, request, gen))
+            gen += 1
+        elif request in p[3]:
+            return h, p[2]
+        else:
+            p = (p[0], p[1], p[2], p[3] | {request})
+        nxt = dict(overlay)
+        self._put(nxt, key, p)
+        return (nxt, gen, batch, h[3], h[4], h[5], h[6], h[7]), p[2]
+
+    def _flush(self, h: H) -> H:
+        h = self._apply_posted(h)
+        overlay = h[0]
+        nxt = dict(overlay)
+        submitted = []
+        for entry in h[2]:
+            p = self._get(overlay, entry[0])
+            if p is None or p[0] != entry[2]:
+                continue
+            submitted.append(entry)
+            self._put(nxt, entry[0], (p[0], IN_FLIGHT, p[2], p[3]))
+        queue = (*h[3], tuple(submitted)) if submitted else h[3]
+        return (nxt, h[1], (), queue, h[4], h[5], h[6], True)
+
+    # -- the set -------------------------------------------------------------------------
+
+    def _note_stale_results(self) -> None:
+        for h in self.hyps:
+            for key, generation, _ in h[6]:
+                p = self._get(h[0], key)
+                if p is not None and p[0] != generation:
+                    self.stale.add((key, p[0]))
+
+    def _commit(
+        self, out: list[tuple[H, bool]], obs: Any, build: Any, change: Any = None,
+        setdefault: bool = False,
+    ) -> observe.Violation | None:
+        """Make ``out`` (successors in the engine's order) the set, or hand over to the engine."""
+        if len(out) > 1 or self.hidden_worker:
+            merged = _merge(out, setdefault)
+            if self.hidden_worker and merged:
+                merged = _close(merged)
+            hyps, tags = list(merged), list(merged.values())
+            pairs = [(merged.hyp(k), t) for k, t in zip(hyps, tags, strict=True)]
+        else:
+            pairs = out
+        if not pairs:
+            return self._delegate(obs or build())
+        if len(pairs) > self.max_states:
+            raise observe.OracleLimitError(
+                f"{len(pairs)} possible spec states after {obs or build()!r} "
+                f"(bound {self.max_states})"
+            )
+        if all(t for _, t in pairs) and not all(self.tags):
+            return self._delegate(obs or build())
+        pairs = self._trim_tagged(pairs)
+        if change is not None:
+            change()  # the index: the same in every state
+        if len(pairs) == 1:
+            (h, tag), = pairs
+            self._fold(h[0])
+            self.hyps, self.tags = [({}, *h[1:])], [tag]  # type: ignore[list-item]
+        else:
+            self.hyps, self.tags = [h for h, _ in pairs], [t for _, t in pairs]
+            if len(self.hyps[0][0]) > self._promote_at:
+                self._promote()
+        return None
+
+    def _promote(self) -> None:
+        """Move the keys on which every possible state agrees from the overlays to ``base``."""
+        first = self.hyps[0][0]
+        overlays = [h[0] for h in self.hyps]
+        agreed = [
+            k for k, p in first.items()
+            if all(k in o and o[k] == p for o in overlays)
+        ]
+        for k in agreed:
+            p = first[k]
+            for o in overlays:
+                o.pop(k, None)  # overlays may be shared between states: all agree on k
+            if p is None:
+                del self.base[k]
+            else:
+                self.base[k] = p
+        self._promote_at = 2 * len(first) + PROMOTE_SLACK
+
+    def _fold(self, overlay: Overlay) -> None:
+        base = self.base
+        for k, p in overlay.items():
+            if p is None:
+                del base[k]
+            else:
+                base[k] = p
+
+    def _trim_tagged(self, pairs: list[tuple[H, bool]]) -> list[tuple[H, bool]]:
+        tagged = [i for i, (_, t) in enumerate(pairs) if t]
+        if len(tagged) <= self.tagged_kept or len(tagged) == len(pairs):
+            return pairs
+        tagged.sort(key=lambda i: self._count(pairs[i][0][0]))
+        gone = set(tagged[self.tagged_kept:])
+        return [pair for i, pair in enumerate(pairs) if i not in gone]
+
+    # -- handing over to the engine --------------------------------------------------------
+
+    def _delegate(self, obs: observe.Observation) -> observe.Violation | None:
+        """Let an old engine seeded with these states and notes judge ``obs``; take its states."""
+        old = seeded_engine(self)
+        violation = old.observe(obs)
+        self.warnings.extend(old.warnings)
+        if violation is not None:
+            self.violation = violation
+            return violation
+        self.load(old)
+        return None
+
+    def load(self, old: observe.Checker) -> None:
+        """Take the states, index and notes of an old engine as this checker's own."""
+        pairs = list(old._states.items())  # no public view of the tags
+        first = pairs[0][0]
+        self.base = {k: (p.generation, _CODE[p.phase], p.verdict, p.requesters)
+                     for k, p in first.probes}
+        self.index = {r: set(ks) for r, ks in first.index}
+        self.stopped = old.stopped
+        self.hyps, self.tags = [], []
+        for state, tag in pairs:
+            table = {k: (p.generation, _CODE[p.phase], p.verdict, p.requesters)
+                     for k, p in state.probes}
+            overlay: Overlay = {k: None for k in self.base if k not in table}
+            overlay.update((k, p) for k, p in table.items() if self.base.get(k) != p)
+            self.hyps.append((
+                overlay, state.next_generation, tuple(map(tuple, state.batch)),
+                tuple(tuple(map(tuple, b)) for b in state.queue), tuple(map(tuple, state.held)),
+                tuple(map(tuple, state.answered)), tuple(map(tuple, state.posted)),
+                state.drain_due,
+            ))
+            self.tags.append(tag)
+        for name, value in vars(old).items():
+            if name in self.notes():
+                setattr(self, name, value)
+
+
+def seeded_engine(fast: FastChecker) -> observe.Checker:
+    """An old engine holding exactly ``fast``'s possible states (in order, tagged) and notes.
+
+    The engine has no public way to start from given states, so this sets its
+    state table directly; tests/test_trace_engines.py pins that the two agree.
+    """
+    old = observe.Checker(
+        hidden_worker=fast.hidden_worker, max_states=fast.max_states,
+        tagged_kept=fast.tagged_kept,
+    )
+    old._states = fast.export()
+    old.stopped = fast.stopped
+    for name, value in fast.notes().items():
+        setattr(old, name, value)
+    return old
+
+
+# -- helpers on possible states --------------------------------------------------------
+
+
+def _identity(h: H) -> tuple[Any, ...]:
+    return (frozenset(h[0].items()), *h[1:])
+
+
+class _Merged(dict[tuple[Any, ...], bool]):
+    """Successors by identity, first occurrence's place kept (the engine's dict order)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_id: dict[tuple[Any, ...], H] = {}
+
+    def hyp(self, identity: tuple[Any, ...]) -> H:
+        return self.by_id[identity]
+
+
+def _merge(out: Iterable[tuple[H, bool]], setdefault: bool) -> _Merged:
+    """The engine's ``out[nxt] = out.get(nxt, True) and tagged`` (``setdefault`` for the
+    wasteful cleanup variants, which the engine adds with ``out.setdefault``)."""
+    merged = _Merged()
+    for h, tag in out:
+        ident = _identity(h)
+        if setdefault and tag and ident in merged:
+            continue
+        if ident not in merged:
+            merged.by_id[ident] = h
+        merged[ident] = merged.get(ident, True) and tag
+    return merged
+
+
+def _take(h: H) -> H | None:
+    if h[4] or h[5] or not h[3]:
+        return None
+    return (h[0], h[1], h[2], h[3][1:], h[3][0], h[5], h[6], h[7])
+
+
+def _post(h: H) -> H | None:
+    if not h[5]:
+        return None
+    return (h[0], h[1], h[2], h[3], h[4], (), h[6] + h[5], h[7])
+
+
+def _close(merged: _Merged) -> _Merged:
+    """``merged`` plus every state reachable by hidden take_batch and post (the engine's
+    ``_close``: depth first, an efficient path wins)."""
+    frontier = [(merged.by_id[i], t) for i, t in merged.items()]
+    while frontier:
+        h, tag = frontier.pop()
+        for step in (_take, _post):
+            nxt = step(h)
+            if nxt is None:
+                continue
+            ident = _identity(nxt)
+            if ident not in merged or (merged[ident] and not tag):
+                if ident not in merged:
+                    merged.by_id[ident] = nxt
+                merged[ident] = tag
+                frontier.append((nxt, tag))
+    return merged

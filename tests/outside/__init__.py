@@ -1,0 +1,61 @@
+"""Outside implementations: vLLM-shaped lookup managers the oracle was not tuned to.
+
+Written from ../shared/PROTOCOL.md as an engineer outside this project would,
+in styles unlike ``tests/zoo`` (which keeps vLLM's table names, tuples in
+queues and one override hook per rule):
+
+- ``callback_style``: slots dataclass probe records, tables ``_states`` /
+  ``_by_request`` / ``_pending``, a ``queue.Queue`` of jobs, results posted per
+  request group through a callback, strict type checks of tier answers;
+- ``condition_style``: immutable NamedTuple probe records, tables ``_probes`` /
+  ``_keys_of`` / ``_step``, a condition-variable worker loop over a deque, a
+  lock-protected dict of results posted per batch, lax answer checks
+  (``v is True``), ``itertools`` grouping.
+
+Each base is correct; every other class changes exactly one rule of its base.
+``OUTSIDE`` maps each ``MODULE:CLASS`` to the PROTOCOL.md property the oracle
+must name when it kills it (None: correct, it must pass); ``ALSO`` lists the
+other properties PROTOCOL.md itself names for the same shipped bug.  Each
+class's docstring says why its property is the one.  These are test data: the
+oracle's own code never imports them.
+"""
+
+from __future__ import annotations
+
+CALLBACK = "tests.outside.callback_style"
+CONDITION = "tests.outside.condition_style"
+
+OUTSIDE: dict[str, int | None] = {
+    f"{CALLBACK}:CallbackManager": None,
+    f"{CONDITION}:ConditionManager": None,
+    f"{CALLBACK}:StaleBesideLive": 1,
+    f"{CALLBACK}:RevalidateAnyState": 1,
+    f"{CALLBACK}:ResultsByKeyOnly": 2,
+    f"{CONDITION}:MarkMissOnceAssert": 3,
+    f"{CALLBACK}:CleanupKeepsRequestIndex": 4,
+    f"{CONDITION}:OrphanStateKept": 5,
+    f"{CALLBACK}:ZipDropsShortAnswer": 6,
+    f"{CONDITION}:LazyOutsideTry": 7,
+    f"{CALLBACK}:NonBoolPassedThrough": 7,
+    f"{CONDITION}:NonBoolCoerced": 7,
+    f"{CALLBACK}:CleanupDropsInFlight": 8,
+    f"{CONDITION}:OneContextPerBatch": 9,
+    f"{CALLBACK}:PostsAfterNextTake": 6,
+}
+
+# Bugs PROTOCOL.md lists under two properties ("Bugs that real implementations
+# shipped"): the oracle may name the second one too.
+ALSO: dict[str, set[int]] = {
+    # "Results applied by key only ... (properties 2, 3)"
+    f"{CALLBACK}:ResultsByKeyOnly": {3},
+    # "The worker consumed a tier's lazy iterable outside its try block ... (7, 6)"
+    f"{CONDITION}:LazyOutsideTry": {6},
+    # "zip() over keys and results silently dropped keys ... (6, 5)"
+    f"{CALLBACK}:ZipDropsShortAnswer": {5},
+}
+
+
+def expected(impl: str) -> set[int]:
+    """Every property the oracle may name when it kills ``impl`` (empty: it must pass)."""
+    number = OUTSIDE[impl]
+    return set() if number is None else {number, *ALSO.get(impl, set())}
