@@ -88,18 +88,6 @@ def test_two_workers_on_the_reference_exit_0_with_the_combined_counts(
     assert report["lost_workers"] == []
 
 
-def test_workers_share_the_example_database(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    """A failure two workers found is in their --db: one example of a later run replays it."""
-    db = str(tmp_path / "db")
-    assert fuzz(capsys, "--workers", "2", "--target", FLUSH, "--seed", "2",
-                "--examples", "3000", "--db", db)[0] == 1
-    code, out, _ = fuzz(capsys, "--target", FLUSH, "--seed", "77", "--examples", "1",
-                        "--db", db, "--json")
-    assert code == 1 and json.loads(out)["violation"]["property"] == 1
-
-
 def test_duration_stops_every_worker(capsys: pytest.CaptureFixture[str]) -> None:
     """--duration without --examples runs until the time is up, then stops both workers."""
     code, out, _ = fuzz(capsys, "--workers", "2", "--duration", "2s", "--seed", "1", "--json")

@@ -47,7 +47,9 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any, TextIO
 
+from hypothesis.control import current_build_context
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+from hypothesis.errors import InvalidArgument
 
 from asynclookup.conformance.driver import ConformanceError
 from asynclookup.conformance.engine import OracleLimitError
@@ -63,6 +65,27 @@ DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d
 
 class _Stopped(BaseException):
     """Raised inside a run when the campaign says stop; Hypothesis lets it through."""
+
+
+def _may_stop() -> bool:
+    """Not while Hypothesis replays a failure it found (its final run): that one counts,
+    and a replay cut short would read to Hypothesis as flaky data generation."""
+    try:
+        return not current_build_context().is_final
+    except InvalidArgument:  # no test is running
+        return True
+
+
+def _was_stopped(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was raised while handling, a ``_Stopped``."""
+    seen: set[int] = set()
+    found: BaseException | None = exc
+    while found is not None and id(found) not in seen:
+        if isinstance(found, _Stopped):
+            return True
+        seen.add(id(found))
+        found = found.__cause__ or found.__context__
+    return False
 
 
 def parse_workers(text: str) -> int:
@@ -243,7 +266,7 @@ def _in_process(
         if now - last[0] < REPORT_EVERY / 4:
             return
         last[0] = now
-        if deadline is not None and now >= deadline:
+        if deadline is not None and now >= deadline and _may_stop():
             raise _Stopped
         if progress is not None:
             progress(Progress(stats.examples, stats.steps, 1, 1, now - started,
@@ -266,6 +289,10 @@ def _in_process(
         if outcome.error is None:
             raise
         worker.status = "found"
+    except Exception as exc:
+        if not _was_stopped(exc):
+            raise
+        worker.status = "stopped"
     stats.on_step = None
     worker.examples, worker.steps = stats.examples, stats.steps
     outcome.seconds = time.monotonic() - started
@@ -307,7 +334,7 @@ def worker_main() -> None:
         if now - last[0] >= REPORT_EVERY:
             last[0] = now
             outbox.send(("progress", stats.examples, stats.steps))
-            if inbox.poll():
+            if inbox.poll() and _may_stop():
                 raise _Stopped
 
     stats = Stats(on_step=on_step)
@@ -323,8 +350,8 @@ def worker_main() -> None:
         end = ("found", found.violation, found.calls, found.config)
     except OracleLimitError as exc:
         end = ("limit", str(exc))
-    except BaseException:
-        end = ("error", traceback.format_exc())
+    except BaseException as exc:
+        end = ("stopped",) if _was_stopped(exc) else ("error", traceback.format_exc())
     counts = {"examples": stats.examples, "steps": stats.steps, "warnings": stats.warnings,
               "leak_check": stats.leak_check, "not_generated": stats.not_generated}
     outbox.send((*end, counts))

@@ -151,7 +151,8 @@ def raised(checker: Checker, obs: Observation, error: str) -> tuple[int, str]:
     detail = f"{name} raised {error}" + (
         "" if isinstance(obs, ShutdownSeen) else " although the spec's action is enabled"
     )
-    if isinstance(obs, LookupSeen | FlushSeen | DrainSeen | ShutdownSeen):
+    worker_died = "worker thread died" in error  # the crash is the worker's, not the call's
+    if isinstance(obs, LookupSeen | FlushSeen | DrainSeen | ShutdownSeen) and not worker_died:
         for state in checker.states:
             # what the call applies; shutdown also finishes the worker's pipeline
             due = [(r.key, r.generation) for r in state.posted]

@@ -40,6 +40,7 @@ from asynclookup.conformance.campaign import (
 from asynclookup.conformance.driver import Call, ConformanceError, format_counterexample
 from asynclookup.conformance.engine import Violation
 from asynclookup.conformance.machine import FuzzConfig, Stats
+from asynclookup.conformance.regression import RegressionError, regression_file, unsupported
 from asynclookup.conformance.replay import replay_file
 from asynclookup.conformance.targets import leak_tables, load_target
 from asynclookup.conformance.vllm import PREFIX, impl_spec
@@ -103,6 +104,9 @@ def register(subparsers: Any) -> None:
                    f"{DEFAULT_REDIS_URL})")
     p.add_argument("--replay-out", metavar="FILE",
                    help="on a violation, write a pytest file that replays it")
+    p.add_argument("--regression-out", metavar="FILE",
+                   help="on a violation (--impl), write a pytest module in the class's own "
+                   "words: it imports only the class, pytest and the standard library")
     p.add_argument("--strict-efficiency", action="store_true",
                    help="property 8 (no redundant probe) fails the run instead of warning")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -151,6 +155,16 @@ def run_fuzz(args: argparse.Namespace) -> int:
         with open(args.replay_out, "w", encoding="utf-8") as out:
             out.write(replay_file(error))
         replay = args.replay_out
+    if error is not None and args.regression_out:
+        try:
+            text = regression_file(error, command=" ".join(["asynclookup", *sys.argv[1:]]))
+        except RegressionError as exc:
+            print(f"asynclookup fuzz: --regression-out: {exc}", file=sys.stderr)
+        else:
+            with open(args.regression_out, "w", encoding="utf-8") as out:
+                out.write(text)
+            print(f"regression test: {args.regression_out} (pytest {args.regression_out})",
+                  file=sys.stderr)
     if args.json:
         print(json.dumps(_as_json(config, stats, seconds, error, replay) | outcome.as_json()))
     else:
@@ -186,6 +200,13 @@ def _configure(args: argparse.Namespace) -> tuple[FuzzConfig, ExampleDatabase | 
     redis_url = args.redis_url or os.environ.get("ASYNCLOOKUP_REDIS_URL") or DEFAULT_REDIS_URL
     if args.tier == "redis":
         _reachable(redis_url, "--tier redis")
+    if args.regression_out is not None:
+        parent = os.path.dirname(os.path.abspath(args.regression_out))
+        if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+            raise _BadArgument(f"--regression-out: cannot write {args.regression_out!r}")
+        why = unsupported({"target": args.target, "tier": args.tier})
+        if why is not None:
+            raise _BadArgument(why)
     if args.replay_out is not None:
         parent = os.path.dirname(os.path.abspath(args.replay_out))
         if not os.path.isdir(parent) or not os.access(parent, os.W_OK):

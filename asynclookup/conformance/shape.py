@@ -228,6 +228,12 @@ def fit_problem(cls: object, shape: Shape = Shape()) -> str | None:
         missing.append(method)
     if missing:
         return _missing(cls, shape, missing)
+    names = [n for m in METHODS if (n := shape.name(m)) is not None]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        calls = [m for m in METHODS if shape.name(m) == twice]
+        both = " and ".join(calls)
+        return f"{cls.__name__}.{twice} would be both {both}: name each with --method"
     try:
         inspect.signature(cls).bind("oracle")
     except TypeError:

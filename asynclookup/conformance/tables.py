@@ -14,7 +14,10 @@ them otherwise.  ``explore`` builds one throwaway instance of the class (its
 - any other collection holding an entry that mentions ``K`` is a batch;
 
 then, after ``flush()``, the queue the worker puts on once the tier has
-answered (not the one the flush put on) is the results queue.  Attributes are
+answered (none was put on before: not the flush's queue, not a pool's
+hand-over queue) is the results queue; a worker that posts a batch's results
+only when it takes the next one is given a second flush.  A results store
+that is not a queue (``put`` / ``get_nowait``) is not counted.  Attributes are
 searched one level deep (``_book.states``).  A role the user names
 (``--tables probes=_states``) is taken as named, and only checked to exist.
 
@@ -105,12 +108,18 @@ def readable(table: Any) -> Sized:
 
 @dataclass
 class _Stub:
-    """The throwaway instance's tier: answers False, tells when it was called."""
+    """The throwaway instance's tier: answers False, tells when it was called, and
+    notes how many puts each watched queue had by then (a pool's hand-over queue has
+    its put before the tier call, the results queue only after it)."""
 
     called: threading.Event = field(default_factory=threading.Event)
+    counters: dict[str, _PutCounter] = field(default_factory=dict)
+    puts_before: dict[str, int] = field(default_factory=dict)
 
     def answer(self, keys: Any) -> list[bool]:
-        self.called.set()
+        if not self.called.is_set():
+            self.puts_before = {path: c.puts for path, c in self.counters.items()}
+            self.called.set()
         return [False] * len(list(keys))
 
 
@@ -187,6 +196,7 @@ def _explore(manager: Any, shape: Shape, context: Callable[[str], Any], stub: _S
         if "." not in path and is_queue(value):
             counters[path] = _PutCounter(value, changed)
             setattr(manager, path, counters[path])
+    stub.counters = counters
     try:
         verdict = getattr(manager, shape.name("lookup") or "lookup")(KEY, context(REQUEST))
     except Exception as exc:
@@ -197,7 +207,7 @@ def _explore(manager: Any, shape: Shape, context: Callable[[str], Any], stub: _S
         [t for t in named if t.role != "results"] + found, key=lambda t: ROLES.index(t.role)))
     results = next((t for t in named if t.role == "results"), None)
     if "results" not in said:
-        results = _results_queue(manager, shape, counters, changed, stub)
+        results = _results_queue(manager, shape, counters, changed, stub, context)
     for path, counter in counters.items():
         setattr(manager, path, counter._inner)
     cleanup_error = _rest_of_life(manager, shape, context)
@@ -296,24 +306,36 @@ def _tables_of(manager: Any) -> list[str]:
 
 def _results_queue(
     manager: Any, shape: Shape, counters: dict[str, _PutCounter],
-    changed: threading.Condition, stub: _Stub,
+    changed: threading.Condition, stub: _Stub, context: Callable[[str], Any],
 ) -> Table | None:
-    """The queue the worker puts on after its tier call (flush puts on another)."""
-    if not counters:
-        return None
+    """The queue the worker posts on: none was put on it before the first tier call (the
+    flush's queue and a pool's hand-over queue were), and it is put on after that call,
+    or, for a worker that posts a batch's results when it takes the next, after a
+    second flush."""
+    flush = getattr(manager, shape.name("flush") or "flush")
     try:
-        getattr(manager, shape.name("flush") or "flush")()
+        flush()
     except Exception:
         return None
-    submitted = {path for path, c in counters.items() if c.puts}
-    if not stub.called.wait(TIER_WAIT):
+    if not counters or not stub.called.wait(TIER_WAIT):
         return None
+    fresh = [p for p, c in counters.items() if not stub.puts_before.get(p, 0)]
+
+    def posted() -> list[str]:
+        return [p for p in fresh if counters[p].puts]
+
     with changed:
-        changed.wait_for(
-            lambda: any(c.puts for p, c in counters.items() if p not in submitted), POST_WAIT
-        )
-        posted = [p for p, c in counters.items() if p not in submitted and c.puts]
-    return Table("results", posted[0], named=False) if len(posted) == 1 else None
+        changed.wait_for(posted, POST_WAIT)
+    if not posted():
+        try:
+            getattr(manager, shape.name("lookup") or "lookup")(KEY + b"-2", context(REQUEST))
+            flush()
+        except Exception:
+            return None
+        with changed:
+            changed.wait_for(posted, TIER_WAIT)
+    found = posted()
+    return Table("results", found[0], named=False) if len(found) == 1 else None
 
 
 def _one(exc: BaseException) -> str:

@@ -38,11 +38,9 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import traceback
 import weakref
 from collections.abc import Callable, Mapping, Sequence, Sized
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, TypeVar
 
 from asynclookup.conformance.adapter import OracleTier, Target, TargetFactory, import_user_module
@@ -55,6 +53,13 @@ from asynclookup.conformance.shape import (
     split_spec,
 )
 from asynclookup.conformance.tables import TablesUsed, explore, readable, resolve
+from asynclookup.conformance.threads import (
+    WATCHED,
+    acquire_hook,
+    release_hook,
+    where,
+    wrap_queue,
+)
 
 T = TypeVar("T")
 PREFIX = "impl:"  # how ``conformance.targets.load_target`` recognises a vLLM-shaped class
@@ -73,92 +78,6 @@ class ReqContext:
     """A request context with nothing but the request's id."""
 
     req_id: str
-
-
-def _where(exc: BaseException, tb: TracebackType | None) -> str:
-    """``Type: message`` and the innermost frame, on one line."""
-    frames = traceback.extract_tb(tb)
-    place = f" at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
-    return f"{type(exc).__name__}: {exc}{place}"
-
-
-# -- uncaught exceptions on IUT threads, while an adapter lives ----------------------
-
-_WATCHED: weakref.WeakKeyDictionary[threading.Thread, Callable[[str], None]] = (
-    weakref.WeakKeyDictionary()
-)
-_previous_hook: Callable[[threading.ExceptHookArgs], Any] | None = None
-_hook_users = 0
-_hook_lock = threading.Lock()
-
-
-def _excepthook(args: threading.ExceptHookArgs) -> None:
-    crashed = _WATCHED.get(args.thread) if args.thread is not None else None
-    if crashed is not None and args.exc_value is not None:
-        crashed(_where(args.exc_value, args.exc_traceback))
-        return
-    if _previous_hook is not None:
-        _previous_hook(args)
-
-
-def _acquire_hook() -> None:
-    """Install the hook for one more user (the first one saves the hook it replaces)."""
-    global _previous_hook, _hook_users
-    with _hook_lock:
-        if _hook_users == 0 and threading.excepthook is not _excepthook:
-            _previous_hook = threading.excepthook
-            threading.excepthook = _excepthook
-        _hook_users += 1
-
-
-def _release_hook() -> None:
-    """One user fewer; the last one puts the saved hook back (unless another replaced ours)."""
-    global _hook_users
-    with _hook_lock:
-        _hook_users -= 1
-        if _hook_users == 0 and threading.excepthook is _excepthook:
-            threading.excepthook = _previous_hook or threading.__excepthook__
-
-
-def hook_users() -> int:
-    """How many adapters (and table searches) hold the hook now (for tests)."""
-    return _hook_users
-
-
-# -- counting what the IUT's worker posts (for wait_posted) ---------------------------
-
-
-class _CountingQueue:
-    """Wraps a queue: counts the results put (the sizes of the items) and wakes waiters."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.changed = threading.Condition()
-        self.sizes_put = 0
-
-    def put(self, item: Any, *args: Any, **kwargs: Any) -> None:
-        self._inner.put(item, *args, **kwargs)
-        with self.changed:
-            if item is not None:
-                self.sizes_put += len(item) if hasattr(item, "__len__") else 1
-            self.changed.notify_all()
-
-    def put_nowait(self, item: Any) -> None:
-        self.put(item)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-def _wrap_queue(manager: Any, path: str) -> _CountingQueue | None:
-    owner_path, _, name = path.rpartition(".")
-    owner = resolve(manager, owner_path) if owner_path else manager
-    inner = getattr(owner, name, None)
-    if inner is None or not (hasattr(inner, "put") and hasattr(inner, "get_nowait")):
-        return None
-    counting = _CountingQueue(inner)
-    setattr(owner, name, counting)
-    return counting
 
 
 # -- loading a class, with its shape ----------------------------------------------------
@@ -265,18 +184,18 @@ def _routed(cls: type[Any], shape: Shape, tier: Callable[[list[bytes], Any], Any
 def _find_tables(cls: type[Any], shape: Shape) -> TablesUsed:
     """Search the tables of one throwaway instance (its worker's crashes kept quiet)."""
     crashes: list[str] = []
-    _acquire_hook()
+    acquire_hook()
     try:
         def build(answer: Callable[[Any], list[bool]]) -> Any:
             before = set(threading.enumerate())
             manager = _routed(cls, shape, lambda keys, _ctx: answer(keys))("oracle")
             for thread in set(threading.enumerate()) - before:
-                _WATCHED[thread] = crashes.append
+                WATCHED[thread] = crashes.append
             return manager
 
         return explore(build, shape, ReqContext)
     finally:
-        _release_hook()
+        release_hook()
 
 
 def _check_answers(
@@ -328,8 +247,8 @@ class VllmAdapter:
         self._names = {m: shape.name(m) or m for m in (*OPTIONAL, "lookup", "flush", "cleanup",
                                                         "drain_results", "shutdown")}
         routed = _routed(impl.cls, shape, tier.batch_lookup)
-        _acquire_hook()
-        self._release = weakref.finalize(self, _release_hook)
+        acquire_hook()
+        self._release = weakref.finalize(self, release_hook)
         before = set(threading.enumerate())
         try:
             self.manager = routed("oracle")
@@ -341,7 +260,7 @@ class VllmAdapter:
         self._seen = before
         self._adopt(self.threads)
         self._posted = (
-            _wrap_queue(self.manager, impl.tables.results.path)
+            wrap_queue(self.manager, impl.tables.results.path)
             if impl.tables.results is not None else None
         )
 
@@ -439,8 +358,8 @@ class VllmAdapter:
         so a pool's thread that ends normally is no dead worker)."""
         now = threading.enumerate()
         for thread in now:
-            if thread not in self._seen and thread not in _WATCHED and thread.is_alive():
-                _WATCHED[thread] = self.crashed
+            if thread not in self._seen and thread not in WATCHED and thread.is_alive():
+                WATCHED[thread] = self.crashed
                 into.append(thread)
         self._seen = set(now)
         self._thread_count = len(now)
@@ -457,7 +376,7 @@ class VllmAdapter:
         try:
             return fn()
         except Exception as exc:
-            raise IUTRaised(_where(exc, sys.exc_info()[2])) from exc
+            raise IUTRaised(where(exc, sys.exc_info()[2])) from exc
         finally:
             if threading.active_count() != self._thread_count:
                 self._adopt(self._later)

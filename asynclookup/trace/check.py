@@ -33,8 +33,8 @@ from typing import Any, Literal
 
 from asynclookup.conformance import engine as observe
 from asynclookup.spec import core
-from asynclookup.trace.fast import FastChecker
 from asynclookup.spec.properties import explanation_of, kind_of, title_of
+from asynclookup.trace.fast import FastChecker
 from asynclookup.trace.format import (
     ACTIONS,
     INTERNAL_EVENTS,
@@ -215,7 +215,7 @@ class TraceChecker:
         assert action is core.Shutdown, kind
         return observe.ShutdownSeen(error)
 
-    def _fast_feed(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | None | bool:
+    def _fast_feed(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | bool | None:
         """The fast engine's step for ``event``; False: the event is not fed to an engine.
 
         The hot kinds call the engine's steps with raw values, after the same
@@ -302,7 +302,9 @@ class TraceChecker:
     def _tags(self) -> list[bool]:
         if self.fast is not None:
             return self.fast.tags
-        return [s not in self.engine.efficient_states() for s in self.engine.states]
+        assert isinstance(self.engine, observe.Checker)
+        efficient = self.engine.efficient_states()
+        return [s not in efficient for s in self.engine.states]
 
 
 def _answer(data: dict[str, Any]) -> observe.Answer:

@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, TypeAlias
 
-from asynclookup.conformance import engine as observe
+from asynclookup.conformance import engine as oracle
 from asynclookup.conformance.classify import NO_VALUE
 from asynclookup.conformance.observations import verdict_candidates
 from asynclookup.spec.core import Entry, Phase, Probe, Result, State
@@ -69,8 +69,8 @@ class FastChecker:
     """
 
     def __init__(
-        self, *, hidden_worker: bool, max_states: int = observe.MAX_STATES,
-        tagged_kept: int = observe.TAGGED_KEPT,
+        self, *, hidden_worker: bool, max_states: int = oracle.MAX_STATES,
+        tagged_kept: int = oracle.TAGGED_KEPT,
     ) -> None:
         self.hidden_worker = hidden_worker
         self.max_states = max_states
@@ -80,8 +80,8 @@ class FastChecker:
         self.hyps: list[H] = [({}, 0, (), (), (), (), (), False)]
         self.tags: list[bool] = [False]
         self._promote_at = PROMOTE_SLACK  # overlay size that triggers a promotion sweep
-        self.violation: observe.Violation | None = None
-        self.warnings: list[observe.Violation] = []
+        self.violation: oracle.Violation | None = None
+        self.warnings: list[oracle.Violation] = []
         self.stopped = False
         # the engine's classification notes, kept the engine's way
         self.faulty: dict[tuple[bytes, int], object] = {}
@@ -166,38 +166,38 @@ class FastChecker:
 
     # -- observations ------------------------------------------------------------------
 
-    def observe(self, obs: observe.Observation) -> observe.Violation | None:
+    def observe(self, obs: oracle.Observation) -> oracle.Violation | None:
         """Take one observation object (as ``Checker.observe``); dispatches to the steps below."""
         if self.violation is not None:
             return self.violation
         error = getattr(obs, "error", None)
         if error is not None or self.stopped:
             return self._delegate(obs)
-        if isinstance(obs, observe.LookupSeen):
+        if isinstance(obs, oracle.LookupSeen):
             return self.lookup(obs.key, obs.request, obs.verdict, obs)
-        if isinstance(obs, observe.FlushSeen):
+        if isinstance(obs, oracle.FlushSeen):
             return self.flush(obs)
-        if isinstance(obs, observe.CleanupSeen):
+        if isinstance(obs, oracle.CleanupSeen):
             return self.cleanup(obs.request, obs)
-        if isinstance(obs, observe.MarkMissSeen):
+        if isinstance(obs, oracle.MarkMissSeen):
             return self.mark_miss(obs.keys, obs)
-        if isinstance(obs, observe.MarkPresentSeen):
+        if isinstance(obs, oracle.MarkPresentSeen):
             return self.mark_present(obs.keys, obs)
-        if isinstance(obs, observe.DrainSeen):
+        if isinstance(obs, oracle.DrainSeen):
             return self.drain(obs)
-        if isinstance(obs, observe.TierCallSeen):
+        if isinstance(obs, oracle.TierCallSeen):
             return self.tier_call(obs.keys, obs.request, obs.answer, obs)
-        if isinstance(obs, observe.TakeBatchSeen) and obs.took:
+        if isinstance(obs, oracle.TakeBatchSeen) and obs.took:
             return self.take_batch(obs)
-        if isinstance(obs, observe.PostSeen) and obs.posted:
+        if isinstance(obs, oracle.PostSeen) and obs.posted:
             return self.post(obs)
-        if isinstance(obs, observe.Tables):
+        if isinstance(obs, oracle.Tables):
             return self.tables(obs.keys, obs.requests, obs)
         return self._delegate(obs)
 
     def lookup(
         self, key: bytes, request: str, verdict: object, obs: Any = None
-    ) -> observe.Violation | None:
+    ) -> oracle.Violation | None:
         """``lookup(key, request)`` returned ``verdict``, with or without an early drain."""
         self._note_stale_results()
         out: list[tuple[H, bool]] = []
@@ -210,11 +210,11 @@ class FastChecker:
                 if got is verdict:
                     out.append((nxt, tag))
         return self._commit(
-            out, obs, lambda: observe.LookupSeen(key, request, verdict),  # type: ignore[arg-type]
+            out, obs, lambda: oracle.LookupSeen(key, request, verdict),  # type: ignore[arg-type]
             lambda: self.index.setdefault(request, set()).add(key),
         )
 
-    def flush(self, obs: Any = None) -> observe.Violation | None:
+    def flush(self, obs: Any = None) -> oracle.Violation | None:
         """``flush()`` returned: apply posted results, submit the live part of the batch."""
         self._note_stale_results()
         get = self._get
@@ -226,15 +226,15 @@ class FastChecker:
         self.dropped |= dropped
         self.ever_dropped = self.ever_dropped or self.flush_dropped
         out = [(self._flush(h), tag) for h, tag in zip(self.hyps, self.tags, strict=True)]
-        return self._commit(out, obs, observe.FlushSeen)
+        return self._commit(out, obs, oracle.FlushSeen)
 
-    def drain(self, obs: Any = None) -> observe.Violation | None:
+    def drain(self, obs: Any = None) -> oracle.Violation | None:
         """``drain_results()`` returned: apply every posted result."""
         self._note_stale_results()
         out = [(self._apply_posted(h), tag) for h, tag in zip(self.hyps, self.tags, strict=True)]
-        return self._commit(out, obs, observe.DrainSeen)
+        return self._commit(out, obs, oracle.DrainSeen)
 
-    def cleanup(self, request: str, obs: Any = None) -> observe.Violation | None:
+    def cleanup(self, request: str, obs: Any = None) -> oracle.Violation | None:
         """``cleanup(request)``: the spec's, plus (tagged) one that also deletes orphans."""
         mine = sorted(self.index.get(request, ()))
         out: list[tuple[H, bool]] = []
@@ -252,18 +252,18 @@ class FastChecker:
                     self._put(nxt, key, (p[0], p[1], p[2], requesters))
                     if not requesters:
                         orphans.append(key)
-            out.append(((nxt, *h[1:]), tag))  # type: ignore[arg-type]
+            out.append(((nxt, *h[1:]), tag))
             if orphans:
                 wasteful = dict(nxt)
                 for key in orphans:
                     self._put(wasteful, key, None)
-                out.append(((wasteful, *h[1:]), True))  # type: ignore[arg-type]
+                out.append(((wasteful, *h[1:]), True))
         return self._commit(
-            out, obs, lambda: observe.CleanupSeen(request), lambda: self.index.pop(request, None),
+            out, obs, lambda: oracle.CleanupSeen(request), lambda: self.index.pop(request, None),
             setdefault=True,
         )
 
-    def mark_miss(self, keys: tuple[bytes, ...], obs: Any = None) -> observe.Violation | None:
+    def mark_miss(self, keys: tuple[bytes, ...], obs: Any = None) -> oracle.Violation | None:
         """``mark_miss(keys)``: resolved probes of these keys become False."""
         for h in self.hyps:
             for key in keys:
@@ -277,10 +277,10 @@ class FastChecker:
                 p = self._get(nxt, key)
                 if p is not None and p[1] == RESOLVED:
                     self._put(nxt, key, (p[0], RESOLVED, False, p[3]))
-            out.append(((nxt, *h[1:]), tag))  # type: ignore[arg-type]
-        return self._commit(out, obs, lambda: observe.MarkMissSeen(keys))
+            out.append(((nxt, *h[1:]), tag))
+        return self._commit(out, obs, lambda: oracle.MarkMissSeen(keys))
 
-    def mark_present(self, keys: tuple[bytes, ...], obs: Any = None) -> observe.Violation | None:
+    def mark_present(self, keys: tuple[bytes, ...], obs: Any = None) -> oracle.Violation | None:
         """``mark_present(keys)``: a new RESOLVED True generation, or forget an orphan."""
         out: list[tuple[H, bool]] = []
         for h, tag in zip(self.hyps, self.tags, strict=True):
@@ -294,28 +294,28 @@ class FastChecker:
                 else:
                     self._put(nxt, key, (gen, RESOLVED, True, p[3]))
                     gen += 1
-            out.append(((nxt, gen, *h[2:]), tag))  # type: ignore[arg-type]
-        return self._commit(out, obs, lambda: observe.MarkPresentSeen(keys))
+            out.append(((nxt, gen, *h[2:]), tag))
+        return self._commit(out, obs, lambda: oracle.MarkPresentSeen(keys))
 
-    def take_batch(self, obs: Any = None) -> observe.Violation | None:
+    def take_batch(self, obs: Any = None) -> oracle.Violation | None:
         """The worker took a batch (recorded worker steps)."""
         out = [
             (nxt, tag) for h, tag in zip(self.hyps, self.tags, strict=True)
             if (nxt := _take(h)) is not None
         ]
-        return self._commit(out, obs, lambda: observe.TakeBatchSeen(True))
+        return self._commit(out, obs, lambda: oracle.TakeBatchSeen(True))
 
-    def post(self, obs: Any = None) -> observe.Violation | None:
+    def post(self, obs: Any = None) -> oracle.Violation | None:
         """The worker posted its answered results (recorded worker steps)."""
         out = [
             (nxt, tag) for h, tag in zip(self.hyps, self.tags, strict=True)
             if (nxt := _post(h)) is not None
         ]
-        return self._commit(out, obs, lambda: observe.PostSeen(True))
+        return self._commit(out, obs, lambda: oracle.PostSeen(True))
 
     def tier_call(
-        self, keys: tuple[bytes, ...], request: str, answer: observe.Answer, obs: Any = None
-    ) -> observe.Violation | None:
+        self, keys: tuple[bytes, ...], request: str, answer: oracle.Answer, obs: Any = None
+    ) -> oracle.Violation | None:
         """A tier call of the worker: the held group of ``request``, per allowed verdict."""
         out: list[tuple[H, bool]] = []
         wanted = sorted(keys)
@@ -340,12 +340,12 @@ class FastChecker:
                 results = tuple((e[0], e[2], v) for e, v in zip(ordered, verdicts, strict=True))
                 out.append(((h[0], h[1], h[2], h[3], rest, h[5] + results, h[6], h[7]), tag))
         return self._commit(
-            out, obs, lambda: observe.TierCallSeen(keys, request, answer)
+            out, obs, lambda: oracle.TierCallSeen(keys, request, answer)
         )
 
     def tables(
         self, keys: frozenset[bytes], requests: frozenset[str], obs: Any = None
-    ) -> observe.Violation | None:
+    ) -> oracle.Violation | None:
         """A ``tables`` snapshot: keep the states whose probe keys and index match."""
         out: list[tuple[H, bool]] = []
         if frozenset(self.index) == requests:
@@ -359,7 +359,7 @@ class FastChecker:
                         held.add(k)
                 if held == keys:
                     out.append((h, tag))
-        return self._commit(out, obs, lambda: observe.Tables(keys, requests))
+        return self._commit(out, obs, lambda: oracle.Tables(keys, requests))
 
     # -- the spec's actions on one possible state ----------------------------------------
 
@@ -440,7 +440,7 @@ class FastChecker:
     def _commit(
         self, out: list[tuple[H, bool]], obs: Any, build: Any, change: Any = None,
         setdefault: bool = False,
-    ) -> observe.Violation | None:
+    ) -> oracle.Violation | None:
         """Make ``out`` (successors in the engine's order) the set, or hand over to the engine."""
         if len(out) > 1 or self.hidden_worker:
             merged = _merge(out, setdefault)
@@ -453,7 +453,7 @@ class FastChecker:
         if not pairs:
             return self._delegate(obs or build())
         if len(pairs) > self.max_states:
-            raise observe.OracleLimitError(
+            raise oracle.OracleLimitError(
                 f"{len(pairs)} possible spec states after {obs or build()!r} "
                 f"(bound {self.max_states})"
             )
@@ -465,7 +465,7 @@ class FastChecker:
         if len(pairs) == 1:
             (h, tag), = pairs
             self._fold(h[0])
-            self.hyps, self.tags = [({}, *h[1:])], [tag]  # type: ignore[list-item]
+            self.hyps, self.tags = [({}, *h[1:])], [tag]
         else:
             self.hyps, self.tags = [h for h, _ in pairs], [t for _, t in pairs]
             if len(self.hyps[0][0]) > self._promote_at:
@@ -508,7 +508,7 @@ class FastChecker:
 
     # -- handing over to the engine --------------------------------------------------------
 
-    def _delegate(self, obs: observe.Observation) -> observe.Violation | None:
+    def _delegate(self, obs: oracle.Observation) -> oracle.Violation | None:
         """Let an old engine seeded with these states and notes judge ``obs``; take its states."""
         old = seeded_engine(self)
         violation = old.observe(obs)
@@ -519,7 +519,7 @@ class FastChecker:
         self.load(old)
         return None
 
-    def load(self, old: observe.Checker) -> None:
+    def load(self, old: oracle.Checker) -> None:
         """Take the states, index and notes of an old engine as this checker's own."""
         pairs = list(old._states.items())  # no public view of the tags
         first = pairs[0][0]
@@ -545,13 +545,13 @@ class FastChecker:
                 setattr(self, name, value)
 
 
-def seeded_engine(fast: FastChecker) -> observe.Checker:
+def seeded_engine(fast: FastChecker) -> oracle.Checker:
     """An old engine holding exactly ``fast``'s possible states (in order, tagged) and notes.
 
     The engine has no public way to start from given states, so this sets its
     state table directly; tests/test_trace_engines.py pins that the two agree.
     """
-    old = observe.Checker(
+    old = oracle.Checker(
         hidden_worker=fast.hidden_worker, max_states=fast.max_states,
         tagged_kept=fast.tagged_kept,
     )

@@ -402,7 +402,7 @@ def read_trace(
     problem.  Holds one block of ``BLOCK`` lines at a time, so a file of any
     length streams.  ``resume=(line, seq)``: the lines are a file's tail that
     starts after ``line``, whose event had ``seq`` (no header is read or
-    yielded); ``asynclookup.trace.jobs`` checks chunks so.
+    yielded), for checking a chunk of a file (not used yet).
 
     Each block is decoded with one ``json.loads`` and each object validated by
     a fast test of the common shapes; a block that does not decode, or an

@@ -1,1 +1,1 @@
-"""Classes shaped near vLLM's manager: renamed calls, context cleanup, own verdicts, pools, own tables."""
+"""Classes shaped near vLLM's manager: renamed calls, context cleanup, verdicts, pools, tables."""

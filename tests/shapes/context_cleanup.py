@@ -2,8 +2,9 @@
 
 ``ContextCleanup`` is correct and fits with ``--cleanup-arg context``;
 ``ContextCleanupKeepsOrphans`` forgets the request but never deletes a probe
-left without requesters, so the next flush submits a cleaned-up entry
-(property 1).
+left without requesters: the next flush submits a cleaned-up entry (property
+1), a later request receives the orphan's verdict (2), or the orphan is left
+behind (5).
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from tests.shapes.own_names import OwnNames
 class ContextCleanup(OwnNames):
     """cleanup(req_context): the request is ``req_context.req_id``."""
 
-    def cleanup(self, req_context: Any) -> None:  # type: ignore[override]
+    def cleanup(self, req_context: Any) -> None:
         self._cleanup(req_context.req_id)
 
 
 class ContextCleanupKeepsOrphans(ContextCleanup):
-    """Bug (property 1): an orphaned PENDING probe stays, and the flush submits it."""
+    """Bug (property 1, 2 or 5): an orphaned probe stays."""
 
-    def cleanup(self, req_context: Any) -> None:  # type: ignore[override]
+    def cleanup(self, req_context: Any) -> None:
         for key in self._by_request.pop(req_context.req_id, set()):
             self._states[key].requesters.discard(req_context.req_id)

@@ -7,6 +7,7 @@ outside, is the spec's one worker).  ``PooledWithoutJoin`` takes the next
 batch at once, so two batches are in the tier together, which the spec's one
 worker never does.  ``PooledZipTruncates`` pairs keys with a short answer by
 ``zip``, so the keys it drops stay IN_FLIGHT forever (property 6).
+``PooledDiesOnRaise`` lets a raising tier kill a pool thread (property 7).
 """
 
 from __future__ import annotations
@@ -40,3 +41,19 @@ class PooledZipTruncates(Pooled):
         except Exception:
             answer = [False] * len(entries)
         return [(k, g, v is True) for (k, g), v in zip(entries, answer)]  # noqa: B905
+
+
+class PooledDiesOnRaise(Pooled):
+    """Bug (property 7): a pool thread calls the tier outside any try, so a raising tier
+    kills that thread (its batch still counts as done: the others go on)."""
+
+    def _serve(self) -> None:
+        while (item := self._work.get()) is not None:
+            (ctx, entries), left = item
+            try:
+                answer = list(self.batch_lookup([k for k, _ in entries], ctx))
+            finally:
+                left.done()
+            if len(answer) != len(entries):
+                answer = [False] * len(entries)
+            self._done.put([(k, g, v is True) for (k, g), v in zip(entries, answer, strict=True)])

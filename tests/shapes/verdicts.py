@@ -4,7 +4,8 @@
 ``--verdicts``); ``IntVerdicts`` answers -1 (not known), 0 (absent) or 1
 (present), mapped by ``int_to_bool``.  ``EnumVerdictsUnvalidated`` has the
 seed's bug: its flush submits every batched entry whose key has a state, even
-one cleaned up and looked up again since (property 1).
+one cleaned up and looked up again since (property 1); ``IntVerdictsUnvalidated``
+has it too.
 """
 
 from __future__ import annotations
@@ -54,3 +55,9 @@ class EnumVerdictsUnvalidated(EnumVerdicts):
 
     def _live(self, entry: Entry) -> bool:
         return entry[0] in self._states
+
+
+class IntVerdictsUnvalidated(IntVerdicts):
+    """Bug (property 1): as EnumVerdictsUnvalidated, answering ints."""
+
+    _live = EnumVerdictsUnvalidated._live

@@ -1,0 +1,145 @@
+"""Outside-implementation kill table: the oracle on vLLM-shaped classes it was not tuned to.
+
+Run from the project root:
+``PYTHONPATH=. python bench/outside.py [--examples N] [--seeds S,S,...] [--out FILE] [NAME ...]``.
+For each class of ``tests.outside.OUTSIDE`` (NAME is its class name) it fuzzes
+``MODULE:CLASS`` as ``asynclookup fuzz --impl`` does (threaded mode, every
+fault, strict efficiency) once per seed, unshrunk
+(``asynclookup.conformance.testcase.first_violation``), at most ``--examples``
+examples a seed, and shrinks every kill (``asynclookup.conformance.replay.shrink``).
+It prints, and writes to ``--out`` when given, a Markdown table: class,
+expected property (``-`` for a correct class), properties named, seeds whose
+kill named an expected property, seconds to the first failure and calls after
+shrinking (median and range over the kills; a seed that did not kill counts
+its whole run in the seconds), and the seconds shrinking took.  One line per
+seed goes to stderr as it finishes (property, seconds, calls, the shrinker's
+own account), so a misdiagnosis can be reproduced with its seed.  It measures;
+it asserts nothing (tests/test_outside.py does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from asynclookup.conformance.machine import Stats
+from asynclookup.conformance.replay import shrink
+from asynclookup.conformance.testcase import first_violation
+
+
+@dataclass
+class Run:
+    """One seed's run against one class."""
+
+    seed: int
+    named: int | None  # the property named (None: no violation)
+    seconds: float  # to the first failure (or the whole run)
+    examples: int
+    calls: int | None = None  # after shrinking
+    shrink_seconds: float = 0.0
+    detail: str = ""
+
+
+def measure(impl: str, seed: int, examples: int, budget: float) -> Run:
+    """Fuzz ``impl`` with ``seed``; shrink a kill within ``budget`` seconds."""
+    stats = Stats()
+    started = time.monotonic()
+    try:
+        error = first_violation(impl, seed=seed, examples=examples, stats=stats)
+    except Exception as exc:  # the oracle itself failed: a finding about the oracle, not a kill
+        crash = f"oracle error {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return Run(seed, None, time.monotonic() - started, stats.examples, detail=crash)
+    seconds = time.monotonic() - started
+    if error is None:
+        return Run(seed, None, seconds, stats.examples)
+    started = time.monotonic()
+    shrunk = shrink(error, budget)
+    report = getattr(shrunk, "shrink_report", None)
+    return Run(
+        seed, error.violation.number, seconds, stats.examples, len(shrunk.calls),
+        time.monotonic() - started,
+        f"{shrunk.violation.detail} | shrink: {report.line() if report else '-'}",
+    )
+
+
+def spread(values: Sequence[float], fmt: str) -> str:
+    """``median (low-high)`` of ``values``, or ``-``."""
+    if not values:
+        return "-"
+    median = format(statistics.median(values), fmt)
+    low, high = format(min(values), fmt), format(max(values), fmt)
+    return median if low == high else f"{median} ({low}-{high})"
+
+
+def row(name: str, wanted: set[int], number: int | None, runs: list[Run]) -> str:
+    """The table row of one class."""
+    kills = [r for r in runs if r.named is not None]
+    crashed = sum(1 for r in runs if r.detail.startswith("oracle error"))
+    named = ", ".join(str(n) for n in sorted({r.named for r in kills if r.named})) or "none"
+    if number is None:
+        verdict = f"passed {len(runs) - len(kills)}/{len(runs)}"
+    else:
+        verdict = f"{sum(1 for r in kills if r.named in wanted)}/{len(runs)}"
+    if crashed:
+        verdict += f" ({crashed} oracle error{'s' if crashed > 1 else ''})"
+    shown = "-" if number is None else "/".join(map(str, sorted(wanted)))
+    calls = [float(r.calls) for r in kills if r.calls is not None]
+    return (
+        f"| {name} | {shown} | {named} | {verdict} | {spread([r.seconds for r in runs], '.1f')} "
+        f"| {spread(calls, 'g')} | {spread([r.shrink_seconds for r in kills], '.1f')} |"
+    )
+
+
+HEADER = (
+    "| class | expected | named | right kills | seconds to first failure | "
+    "calls after shrinking | shrink seconds |\n|---|---|---|---|---|---|---|"
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tests.outside import OUTSIDE, expected
+
+    by_name = {impl.rpartition(":")[2]: impl for impl in OUTSIDE}
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", type=int, default=300, help="at most, per seed")
+    parser.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated")
+    parser.add_argument("--shrink-budget", type=float, default=20.0, help="seconds per kill")
+    parser.add_argument("--out", type=Path, help="also write the table to this file")
+    parser.add_argument("names", nargs="*", default=list(by_name))
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.names if name not in by_name]
+    if unknown:
+        print(f"bench/outside.py: no outside class named {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    try:
+        seeds = [int(seed) for seed in args.seeds.split(",")]
+    except ValueError:
+        print(f"bench/outside.py: --seeds {args.seeds!r} is not a comma list of integers",
+              file=sys.stderr)
+        return 2
+    lines = [HEADER]
+    print(HEADER, flush=True)
+    for name in args.names:
+        impl = by_name[name]
+        runs = []
+        for seed in seeds:
+            run = measure(impl, seed, args.examples, args.shrink_budget)
+            runs.append(run)
+            print(f"# {name} seed {run.seed}: property {run.named}, {run.examples} examples, "
+                  f"{run.seconds:.1f} s, {run.calls} calls after {run.shrink_seconds:.1f} s "
+                  f"shrinking; {run.detail}", file=sys.stderr, flush=True)
+        line = row(name, expected(impl), OUTSIDE[impl], runs)
+        lines.append(line)
+        print(line, flush=True)
+    if args.out is not None:
+        args.out.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""The leak check for any layout: tables found by shape or named with --tables, and said.
+
+A class that keeps its tables under names of its own (``tests/shapes/own_names.py``:
+``_states``, ``_by_request``, ``_pending``) has them found by shape, so a pure
+leak there is property 5; a class whose tables hold no key's bytes has the leak
+check off with the reason until its tables are named.  Runs go through the
+oracle's Python API and ``asynclookup fuzz --impl`` in-process, bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from asynclookup.cli import main
+from asynclookup.conformance.driver import ConformanceError
+from asynclookup.conformance.tables import Table
+from asynclookup.conformance.testcase import first_violation
+from asynclookup.conformance.vllm import impl_spec, tables_used
+
+OWN = "tests.shapes.own_names:OwnNames"
+LEAKY = "tests.shapes.own_names:OwnNamesKeepsIndex"
+HEX_LEAKY = "tests.shapes.own_names:HexKeyedKeepsIndex"
+NAMED = "probes=_states,index=_by_request,batch=_pending"
+SEEDS = (0, 1, 2, 3, 4)
+EXAMPLES = 150
+
+NESTED = textwrap.dedent('''
+    from tests.shapes.own_names import OwnNames, OwnNamesKeepsIndex
+
+
+    class Book:
+        """The tables, kept on an object of their own."""
+
+        def __init__(self):
+            self.states, self.by_request, self.pending = {}, {}, []
+
+
+    def kept_in_book(name):
+        return property(lambda self: getattr(self._book, name),
+                        lambda self, value: setattr(self._book, name, value))
+
+
+    class Bookkept(OwnNames):
+        def __init__(self, tier_type):
+            self._book = Book()
+            super().__init__(tier_type)
+
+        _states = kept_in_book("states")
+        _by_request = kept_in_book("by_request")
+        _pending = kept_in_book("pending")
+
+
+    class BookkeptKeepsIndex(Bookkept):
+        cleanup = OwnNamesKeepsIndex.cleanup
+''')
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Iterator[Path]:
+    """A directory outside the project, importable for the test's duration."""
+    sys.path.insert(0, str(tmp_path))
+    try:
+        yield tmp_path
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+def _module(where: Path, name: str, source: str) -> str:
+    (where / f"{name}.py").write_text(source)
+    sys.modules.pop(name, None)
+    return name
+
+
+def _fuzz(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str]:
+    code = main(["fuzz", *argv])
+    captured = capsys.readouterr()
+    out = captured.out
+    return code, json.loads(out) if out.strip().startswith("{") else out, captured.err
+
+
+def _kill(spec: str) -> ConformanceError | None:
+    for seed in SEEDS:
+        error = first_violation(spec, seed=seed, examples=EXAMPLES)
+        if error is not None:
+            return error
+    return None
+
+
+def test_own_table_names_are_found_by_shape() -> None:
+    """A class keeping _states / _by_request / _pending gets each as its role, found by
+    shape, and its results queue _done for the settles."""
+    used = tables_used(OWN)
+    assert used.tables == (
+        Table("probes", "_states", named=False), Table("index", "_by_request", named=False),
+        Table("batch", "_pending", named=False),
+    )
+    assert used.results == Table("results", "_done", named=False)
+    assert used.leak_check
+
+
+def test_vllm_names_are_found_by_shape_too() -> None:
+    """The zoo's class, with vLLM's own names, has exactly those found."""
+    used = tables_used("tests.zoo.vllm_shaped:VllmShapedManager")
+    assert [t.path for t in used.tables] == ["_lookup_state", "_req_keys", "_lookup_batch"]
+    assert used.results is not None and used.results.path == "_pending_results"
+
+
+def test_pure_leak_in_own_tables_is_property_5() -> None:
+    """Cleanup that keeps the request index entry is found as property 5, naming the table."""
+    error = _kill(LEAKY)
+    assert error is not None, "the leak survived every seed"
+    assert error.violation.number == 5, str(error)
+    assert "_by_request=" in error.violation.detail
+
+
+def test_correct_class_with_own_names_passes() -> None:
+    """The same class without the leak passes, leak check on, every fault, strict."""
+    assert first_violation(OWN, seed=1, examples=60, faults="all") is None
+
+
+def test_tables_holding_no_key_bytes_leave_the_leak_check_off_with_the_reason(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A class whose tables hold keys as hex finds none by shape: the coverage line says
+    OFF, why, and which option turns it on; the JSON says the same."""
+    code, out, _ = _fuzz(capsys, "--impl", HEX_LEAKY, "--examples", "2", "--seed", "0")
+    assert code == 0
+    assert "leak check (property 5): OFF (no attribute of the class holds the looked-up key" \
+        in out and "--tables probes=" in out
+    code, result, _ = _fuzz(capsys, "--impl", HEX_LEAKY, "--examples", "2", "--seed", "0",
+                            "--json")
+    assert result["leak_check"] is False
+    assert result["leak_tables"]["probes"] is None
+    assert "no attribute of the class" in result["leak_tables"]["reason"]
+
+
+def test_named_tables_turn_the_leak_check_on_and_find_the_leak() -> None:
+    """The same class with its tables named: the leak is property 5; unnamed, it goes
+    unseen (nothing it returns is wrong)."""
+    assert _kill(HEX_LEAKY) is None
+    error = _kill(impl_spec(HEX_LEAKY, tables=NAMED))
+    assert error is not None and error.violation.number == 5, str(error)
+
+
+def test_report_says_which_tables_and_how(capsys: pytest.CaptureFixture[str]) -> None:
+    """Text and JSON name each table and whether it was named or found by shape."""
+    argv = ["--impl", OWN, "--tables", "probes=_states", "--examples", "2", "--seed", "0"]
+    code, out, _ = _fuzz(capsys, *argv)
+    assert code == 0
+    assert ("leak check (property 5): on (named probes=_states; found by shape "
+            "index=_by_request, batch=_pending)") in out
+    code, result, _ = _fuzz(capsys, *argv, "--json")
+    assert result["leak_tables"] == {
+        "probes": {"attribute": "_states", "how": "named"},
+        "index": {"attribute": "_by_request", "how": "shape"},
+        "batch": {"attribute": "_pending", "how": "shape"},
+        "results": {"attribute": "_done", "how": "shape"},
+        "reason": None,
+    }
+
+
+def test_tables_none_turns_the_leak_check_off(capsys: pytest.CaptureFixture[str]) -> None:
+    """--tables none: the leak is not looked for, and the line says it was asked so."""
+    code, out, _ = _fuzz(capsys, "--impl", LEAKY, "--tables", "none", "--examples", "2",
+                         "--seed", "0")
+    assert code == 0
+    assert "leak check (property 5): OFF (--tables none)" in out
+
+
+@pytest.mark.parametrize(("tables", "named"), [
+    ("probes=_statez", "_statez"),
+    ("index=_by_request,batch=_book.pending", "_book.pending"),
+])
+def test_unknown_table_exits_2_naming_it(
+    capsys: pytest.CaptureFixture[str], tables: str, named: str
+) -> None:
+    """A --tables attribute the class lacks exits 2 with one line naming it."""
+    code, _, err = _fuzz(capsys, "--impl", OWN, "--tables", tables)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert f"has no attribute {named}" in err and "_states" in err
+
+
+@pytest.mark.parametrize("tables", ["probe=_states", "probes", "probes=not a name"])
+def test_malformed_tables_exit_2(capsys: pytest.CaptureFixture[str], tables: str) -> None:
+    """A --tables item that is no ROLE=ATTRIBUTE exits 2 with one line saying so."""
+    code, _, err = _fuzz(capsys, "--impl", OWN, "--tables", tables)
+    assert code == 2
+    assert err.startswith("asynclookup fuzz: --tables") and len(err.strip().splitlines()) == 1
+
+
+def test_tables_kept_one_level_down_are_found(outside: Path) -> None:
+    """Tables on an attribute object (self._book.states) are found by shape by path, and a
+    leak there is property 5."""
+    module = _module(outside, "user_bookkept", NESTED)
+    used = tables_used(f"{module}:Bookkept")
+    assert [t.path for t in used.tables] == ["_book.states", "_book.by_request", "_book.pending"]
+    error = _kill(f"{module}:BookkeptKeepsIndex")
+    assert error is not None and error.violation.number == 5, str(error)
+    assert "_book.by_request=" in error.violation.detail

@@ -1,0 +1,271 @@
+"""Shapes near vLLM's, without an adapter: --method, --cleanup-arg, --verdicts, worker pools.
+
+Each shape of ``tests/shapes/`` has a correct class, which passes with every
+fault and strict efficiency, and a class with one planted bug, which is killed
+with its property, through the oracle's Python API with bounded examples.  A
+class that does not fit exits 2 with one line naming what is missing and the
+option that would fit it.  The adapter's ``threading.excepthook`` lives only
+as long as an adapter does.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import unittest
+from typing import Any
+
+import pytest
+from hypothesis.errors import FlakyStrategyDefinition
+
+from asynclookup.cli import main
+from asynclookup.conformance.driver import ConformanceError, Driver
+from asynclookup.conformance.replay import replay
+from asynclookup.conformance.testcase import conformance_test_case, first_violation
+from asynclookup.conformance.threads import hook_users
+from asynclookup.conformance.vllm import impl_factory, impl_spec
+
+SEEDS = (0, 1, 2, 3, 4)
+EXAMPLES = 150
+TO_BOOL = "tests.shapes.verdicts:to_bool"
+
+# (correct class, buggy class, options that fit both, properties the bug may be named by)
+SHAPES: dict[str, tuple[str, str, dict[str, str], set[int]]] = {
+    "renamed": ("renamed:Invalidating", "renamed:InvalidatingForcesResolved",
+                {"methods": "mark_miss=invalidate"}, {3}),
+    # the orphaned probe is submitted (1), its verdict reaches a later request (2), or it
+    # is left behind once every request is cleaned up (5)
+    "context": ("context_cleanup:ContextCleanup", "context_cleanup:ContextCleanupKeepsOrphans",
+                {"cleanup_arg": "context"}, {1, 2, 5}),
+    "enum": ("verdicts:EnumVerdicts", "verdicts:EnumVerdictsUnvalidated",
+             {"verdicts": TO_BOOL}, {1}),
+    "ints": ("verdicts:IntVerdicts", "verdicts:IntVerdictsUnvalidated",
+             {"verdicts": "tests.shapes.verdicts:int_to_bool"}, {1}),
+    # the keys zip drops stay IN_FLIGHT: never delivered (6), or left once all cleaned up (5)
+    "pool": ("pool:Pooled", "pool:PooledZipTruncates", {}, {6, 5}),
+}
+
+
+def _spec(name: str, options: dict[str, str]) -> str:
+    return impl_spec(f"tests.shapes.{name}", **options)
+
+
+def _kill(spec: str, seeds: tuple[int, ...] = SEEDS, faults: str = "all",
+          wanted: set[int] | None = None) -> ConformanceError | None:
+    """The first kill over ``seeds`` (naming one of ``wanted``, if given).
+
+    A threaded run whose replay Hypothesis finds inconsistent (the worker's timing
+    differed) counts as no kill for that seed.
+    """
+    error = None
+    for seed in seeds:
+        try:
+            error = first_violation(spec, seed=seed, examples=EXAMPLES, faults=faults)
+        except FlakyStrategyDefinition:
+            continue
+        if error is not None and (wanted is None or error.violation.number in wanted):
+            return error
+    return error
+
+
+def _fuzz(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["fuzz", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_correct_class_of_each_shape_passes(shape: str) -> None:
+    """The correct class of each shape passes with every fault and strict efficiency."""
+    correct, _, options, _ = SHAPES[shape]
+    assert first_violation(_spec(correct, options), seed=1, examples=60, faults="all") is None
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_buggy_class_of_each_shape_is_killed(shape: str) -> None:
+    """The class with a planted bug is killed, naming its property."""
+    _, buggy, options, expected = SHAPES[shape]
+    error = _kill(_spec(buggy, options))
+    assert error is not None, f"{buggy} survived every seed"
+    assert error.violation.number in expected, str(error)
+
+
+def test_pool_that_takes_batches_concurrently_is_killed() -> None:
+    """A pool that takes the next batch before the last one's groups are posted is not the
+    spec's one worker: a verdict it computed is seen late (property 6), or, when the spec
+    can explain the order only by a wasteful cleanup, a redundant probe (8, strict)."""
+    error = _kill("tests.shapes.pool:PooledWithoutJoin", seeds=(2, 4, 0, 1, 3))  # 2, 4: fast
+    assert error is not None
+    assert error.violation.number in {6, 8}, str(error)
+
+
+def test_pool_thread_killed_by_the_tier_is_property_7_with_its_place() -> None:
+    """A pool thread that dies of a raising tier is watched like a lone worker: property 7,
+    naming the line it died at, or, when a wait for its post saw it first, that the
+    thread is gone."""
+    error = _kill("tests.shapes.pool:PooledDiesOnRaise", faults="raise", wanted={7})
+    assert error is not None and error.violation.number == 7, str(error)
+    detail = error.violation.detail
+    assert "pool.py:" in detail or "its thread is gone" in detail, detail
+
+
+def test_pool_threads_are_the_workers() -> None:
+    """Every thread a pooled class starts is watched: four here (a dispatcher and three)."""
+    driver = Driver(impl_factory("tests.shapes.pool:Pooled"), mode="threaded")
+    try:
+        assert len(driver.target.threads) == 4  # type: ignore[attr-defined]
+        assert driver.target.worker_alive()
+    finally:
+        driver.close()
+
+
+def test_renamed_call_is_made_under_its_new_name() -> None:
+    """With --method mark_miss=invalidate, mark_miss is generated and reaches invalidate."""
+    spec = _spec("renamed:Invalidating", {"methods": "mark_miss=invalidate"})
+    driver = Driver(impl_factory(spec), mode="threaded")
+    try:
+        assert "mark_miss" in driver.supports
+        driver.lookup(b"k0", "A")
+        driver.flush()
+        driver.catch_up()
+        driver.lookup(b"k0", "A")
+        driver.mark_miss([b"k0"])
+        driver.lookup(b"k0", "A")
+        assert driver.calls[-1].text == "lookup(b'k0', 'A') -> False"
+    finally:
+        driver.close()
+
+
+def test_options_travel_with_the_target_into_replays() -> None:
+    """A kill's target names its options, so a replay of its calls builds the same adapter
+    and breaks the same property."""
+    spec = _spec("renamed:InvalidatingForcesResolved", {"methods": "mark_miss=invalidate"})
+    error = _kill(spec)
+    assert error is not None
+    assert error.config["target"] == "impl:" + spec
+    steps = [(c.method, c.args) for c in error.calls]
+    again = next((e for _ in range(5) if (e := replay(error.config, steps)) is not None), None)
+    assert again is not None and again.violation.number == error.violation.number
+
+
+@pytest.mark.parametrize(("impl", "options", "said"), [
+    ("renamed:Invalidating", (),
+     "has no method mark_miss; it has invalidate: try --method mark_miss=invalidate"),
+    ("renamed:Invalidating", ("--method", "mark_miss=revoke"),
+     "has no method revoke (named by --method mark_miss=revoke); it has invalidate"),
+    ("context_cleanup:ContextCleanup", (),
+     "cleanup(req_context) looks like it takes the request context: try --cleanup-arg context"),
+    ("verdicts:EnumVerdicts", (),
+     "answered <Verdict.UNKNOWN: 'unknown'> for a key never looked up (the spec's None): map "
+     "its verdicts to True/False/None with --verdicts MODULE:FUNC"),
+    ("verdicts:IntVerdicts", (),
+     "answered -1 for a key never looked up"),
+    ("verdicts:IntVerdicts", ("--verdicts", "tests.shapes.verdicts:to_bool"),
+     "--verdicts tests.shapes.verdicts:to_bool: raised KeyError on -1"),
+    ("verdicts:EnumVerdicts", ("--verdicts", "tests.shapes.verdicts:nothing"),
+     "--verdicts tests.shapes.verdicts:nothing: tests.shapes.verdicts has no function nothing"),
+    ("own_names:OwnNames", ("--method", "flush=submit"),
+     "has no method submit (named by --method flush=submit)"),
+    ("own_names:OwnNames", ("--method", "flushh=submit"), "'flushh' is not a protocol call"),
+    ("own_names:OwnNames", ("--method", "lookup=none"), "lookup is required"),
+    ("own_names:OwnNames", ("--method", "lookup=flush"),
+     "OwnNames.flush would be both lookup and flush"),
+])
+def test_a_class_that_does_not_fit_exits_2_with_the_option_that_would(
+    capsys: pytest.CaptureFixture[str], impl: str, options: tuple[str, ...], said: str
+) -> None:
+    """A misfit exits 2 with one line saying what is missing and which option fits."""
+    code, _, err = _fuzz(capsys, "--impl", f"tests.shapes.{impl}", *options)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert said in err, err
+
+
+def test_a_class_without_the_call_opts_out_with_none(capsys: pytest.CaptureFixture[str]) -> None:
+    """--method mark_miss=none: the class has no mark_miss, invalidate is not it."""
+    code, out, _ = _fuzz(capsys, "--impl", "tests.shapes.renamed:Invalidating", "--method",
+                         "mark_miss=none", "--examples", "3", "--seed", "0", "--json")
+    assert code == 0
+    assert "mark_miss" in json.loads(out)["not_generated"]
+
+
+@pytest.mark.parametrize("flag", [("--method", "mark_miss=x"), ("--cleanup-arg", "context"),
+                                  ("--verdicts", "m:f"), ("--tables", "none")])
+def test_shape_options_need_impl(capsys: pytest.CaptureFixture[str], flag: tuple[str, str]) -> None:
+    """A shape option without --impl exits 2 saying it belongs to --impl."""
+    code, _, err = _fuzz(capsys, *flag)
+    assert code == 2
+    assert f"{flag[0]} is an option of --impl" in err
+
+
+def test_cli_runs_a_renamed_context_enum_class(capsys: pytest.CaptureFixture[str]) -> None:
+    """All three options at once, on the command line: the run is judged and passes."""
+    code, out, _ = _fuzz(
+        capsys, "--impl", "tests.shapes.context_cleanup:ContextCleanup", "--cleanup-arg",
+        "context", "--method", "drain_results=drain_results", "--examples", "20", "--seed", "2",
+    )
+    assert code == 0, out
+    assert "impl:tests.shapes.context_cleanup:ContextCleanup;method=drain_results=drain_results;"\
+        "cleanup-arg=context" in out
+
+
+def test_test_case_takes_the_shape_options() -> None:
+    """conformance_test_case takes methods / cleanup_arg / verdicts / tables like the CLI."""
+    passing = conformance_test_case("tests.shapes.verdicts:EnumVerdicts", verdicts=TO_BOOL,
+                                    examples=20, seed=1)
+    failing = conformance_test_case("tests.shapes.renamed:InvalidatingForcesResolved",
+                                    methods={"mark_miss": "invalidate"}, examples=EXAMPLES,
+                                    seed=0, shrink=False)
+    assert passing.__name__ == "ConformanceEnumVerdicts"
+    assert _outcome(passing).wasSuccessful()
+    failures = _outcome(failing).failures
+    assert len(failures) == 1 and "property 3" in failures[0][1]
+    with pytest.raises(ValueError, match="try --method mark_miss=invalidate"):
+        conformance_test_case("tests.shapes.renamed:Invalidating")
+
+
+def test_excepthook_is_restored_after_a_run() -> None:
+    """The adapter's threading.excepthook is installed while an adapter lives and the
+    hook it replaced is back after the run, also after a kill."""
+    before = threading.excepthook
+    driver = Driver(impl_factory("tests.shapes.own_names:OwnNames"), mode="threaded")
+    try:
+        assert threading.excepthook is not before and hook_users() == 1
+    finally:
+        driver.close()
+    assert threading.excepthook is before and hook_users() == 0
+    assert first_violation("tests.shapes.pool:PooledDiesOnRaise", seed=0, examples=40,
+                           faults="raise") is not None
+    assert threading.excepthook is before and hook_users() == 0
+
+
+def test_a_hook_installed_meanwhile_is_left_alone() -> None:
+    """When someone replaces the hook while an adapter lives, shutting it down does not
+    take theirs away."""
+    before = threading.excepthook
+    driver = Driver(impl_factory("tests.shapes.own_names:OwnNames"), mode="threaded")
+
+    def theirs(args: Any) -> None:
+        before(args)
+
+    threading.excepthook = theirs
+    try:
+        driver.close()
+        assert threading.excepthook is theirs
+    finally:
+        threading.excepthook = before
+
+
+def _outcome(case: type[unittest.TestCase]) -> unittest.TestResult:
+    suite = unittest.defaultTestLoader.loadTestsFromTestCase(case)
+    return unittest.TextTestRunner(stream=_Null(), verbosity=0).run(suite)
+
+
+class _Null:
+    """A stream that swallows the runner's output."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
