@@ -24,6 +24,7 @@ EXAMPLES = 100
 SHRINK_BUDGET = 15.0  # seconds
 
 # What the oracle does today where it falls short (measured with bench/outside.py).
+# Not strict: these runs are threaded, and a lucky interleaving may pass.
 TODAY: dict[str, str] = {
     "CleanupKeepsRequestIndex": (
         "names property 5: a Leftover is always 5, even when the table left is the "
@@ -37,10 +38,6 @@ TODAY: dict[str, str] = {
         "survives the fuzzer: it posts into a lock-protected dict, the adapter finds no "
         "results queue, so settle never waits and the next lookup runs before the post "
         "(None); given the post (a pause), the oracle names 7 rightly"
-    ),
-    "PostsAfterNextTake": (
-        "survives: settle records nothing for this class (no results queue found), "
-        "so a post held until the next batch looks like a slow worker"
     ),
 }
 # Misdiagnoses that depend on the worker's timing (some runs of a seed name the right
@@ -56,7 +53,7 @@ BY_TIMING: dict[str, str] = {
 def _param(impl: str) -> Any:
     name = impl.rpartition(":")[2]
     if name in TODAY:
-        return pytest.param(impl, id=name, marks=pytest.mark.xfail(strict=True, reason=TODAY[name]))
+        return pytest.param(impl, id=name, marks=pytest.mark.xfail(strict=False, reason=TODAY[name]))
     if name in BY_TIMING:
         return pytest.param(impl, id=name, marks=pytest.mark.xfail(reason=BY_TIMING[name]))
     return pytest.param(impl, id=name)
