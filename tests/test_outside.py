@@ -53,7 +53,8 @@ BY_TIMING: dict[str, str] = {
 def _param(impl: str) -> Any:
     name = impl.rpartition(":")[2]
     if name in TODAY:
-        return pytest.param(impl, id=name, marks=pytest.mark.xfail(strict=False, reason=TODAY[name]))
+        mark = pytest.mark.xfail(strict=False, reason=TODAY[name])
+        return pytest.param(impl, id=name, marks=mark)
     if name in BY_TIMING:
         return pytest.param(impl, id=name, marks=pytest.mark.xfail(reason=BY_TIMING[name]))
     return pytest.param(impl, id=name)
