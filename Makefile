@@ -3,8 +3,10 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# HypoFuzz's own venv (pyproject.toml's hypofuzz extra says why it is separate)
+HYPOFUZZ_VENV ?= .venv-hypofuzz
 
-.PHONY: install fuzz test lint typecheck crosshair bench clean
+.PHONY: install hypofuzz-env fuzz test lint typecheck crosshair bench clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,6 +15,14 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 install: $(BIN)/.installed
+
+$(HYPOFUZZ_VENV)/.installed: pyproject.toml
+	test -x $(HYPOFUZZ_VENV)/bin/python || $(PYTHON) -m venv $(HYPOFUZZ_VENV)
+	$(HYPOFUZZ_VENV)/bin/python -m pip install -q --upgrade pip
+	$(HYPOFUZZ_VENV)/bin/python -m pip install -q -e '.[hypofuzz]'
+	touch $@
+
+hypofuzz-env: $(HYPOFUZZ_VENV)/.installed
 
 fuzz: install
 	$(BIN)/asynclookup model-check --keys 1 --requests 2
@@ -27,7 +37,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy --strict asynclookup docgen tests bench
 
-test: install
+test: install hypofuzz-env
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory typecheck lint
 
@@ -40,4 +50,4 @@ bench: install
 	$(BIN)/python bench/tiers.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(HYPOFUZZ_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -88,6 +88,27 @@ def test_two_workers_on_the_reference_exit_0_with_the_combined_counts(
     assert report["lost_workers"] == []
 
 
+def test_a_failure_two_workers_share_in_a_directory_replays_in_one_example(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--workers 2 --db DIR leaves only failing examples in DIR: the worker that was
+    stopped does not save the example it was cut off in (Hypothesis saves any
+    BaseException's example but a KeyboardInterrupt's), so a one-example run replays
+    the failure rather than the cut-off example."""
+    db = str(tmp_path / "db")
+    code, out, _ = fuzz(capsys, "--workers", "2", "--target", FLUSH, "--seed", "2",
+                        "--examples", "3000", "--db", db, "--json")
+    statuses = sorted(w["status"] for w in json.loads(out)["workers"])
+    assert code == 1 and statuses == ["found", "stopped"], out
+    # one file per example saved, and one listing the keys: the found example alone
+    saved = [p for p in (tmp_path / "db").rglob("*") if p.is_file()]
+    assert len(saved) == 2, saved
+    replay = ["--target", FLUSH, "--examples", "1", "--seed", "3", "--json"]
+    assert fuzz(capsys, *replay)[0] == 0  # one fresh example does not find it
+    code, out, _ = fuzz(capsys, *replay, "--db", db)
+    assert code == 1 and json.loads(out)["violation"]["property"] == 1, out
+
+
 def test_duration_stops_every_worker(capsys: pytest.CaptureFixture[str]) -> None:
     """--duration without --examples runs until the time is up, then stops both workers."""
     code, out, _ = fuzz(capsys, "--workers", "2", "--duration", "2s", "--seed", "1", "--json")

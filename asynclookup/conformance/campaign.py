@@ -63,8 +63,15 @@ UNBOUNDED = 10**9  # max_examples of a run that only a duration stops
 DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
 
 
-class _Stopped(BaseException):
-    """Raised inside a run when the campaign says stop; Hypothesis lets it through."""
+class _Stopped(KeyboardInterrupt):
+    """Raised inside a run when the campaign says stop.
+
+    A KeyboardInterrupt, because that is the one exception Hypothesis lets
+    through without saving the example it cut short: any other BaseException
+    is saved to the database as a failure, and a stopped worker would leave in
+    the shared database an example that does not fail, ahead of the one that
+    does (a later ``--examples 1`` run replays only the first).
+    """
 
 
 def _may_stop() -> bool:
