@@ -8,7 +8,7 @@
   flake) over two xdist workers sharing one directory database; the reference
   passes, the bug fails naming property 3, and a plain
   ``asynclookup fuzz --db DIR`` then replays the failure in its first example.
-  (No ``--hypothesis-seed``: with a seed, Hypothesis saves nothing.)
+  (No ``--hypothesis-seed``: with it, Hypothesis saves nothing.)
 - ``hypothesis fuzz`` (HypoFuzz) fuzzes the seed bug's test case with a
   ``RedisExampleDatabase`` on a loopback redis-server of the test's own.
   HypoFuzz has no time or example limit of its own ("runs forever unless
