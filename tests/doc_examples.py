@@ -15,8 +15,12 @@ The rules (docs/index.md, "Examples are tested", says them to writers):
   start with ``asynclookup`` (after an optional ``$``) in-process through
   ``asynclookup.cli.main``, and its ``python -m docgen --show`` / ``--check``
   lines through ``docgen.generate.main``.  A trailing ``# exit N`` comment gives
-  the exit code the line must return (0 otherwise).  Other lines (``make``,
-  ``pip``, ``.venv/bin/python ...``) are not run.
+  the exit code the line must return (0 otherwise).  A ``pytest ...`` line runs
+  ``python -m pytest -p no:cacheprovider ...`` in a subprocess in the working
+  directory, with the runner's ``sys.path`` as its PYTHONPATH (so the example's
+  files and this checkout import as they would for ``python`` run there), for
+  the regression files an example writes.  Other lines (``make``, ``pip``,
+  ``.venv/bin/python ...``) are not run.
 - Any other block (```` ```text ````, ```` ```json ````, ```` ```mermaid ````, a bare
   fence) is not run.  Signatures and pseudo-code go in ```` ```text ````.
 
@@ -33,6 +37,7 @@ import io
 import os
 import re
 import shlex
+import subprocess
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -145,7 +150,7 @@ def commands(block: Block) -> Iterator[Command]:
         text = raw.strip().removeprefix("$ ").strip()
         exit_note = EXIT.search(text)
         words = shlex.split(text, comments=True)
-        is_cli = words[:1] == ["asynclookup"]
+        is_cli = words[:1] in (["asynclookup"], ["pytest"])
         is_docgen = words[:3] == ["python", "-m", "docgen.generate"] and bool(
             {"--show", "--check"} & set(words)
         )
@@ -163,9 +168,25 @@ def _entry_point(argv: Sequence[str]) -> tuple[Callable[[Sequence[str]], int], l
     return docgen.main, list(argv[3:])
 
 
+def _pytest(argv: Sequence[str]) -> tuple[int, str]:
+    """Run a ``pytest`` line in a subprocess (the exit code and what it printed)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *argv[1:]],
+                          env=env, capture_output=True, text=True, timeout=300)
+    return done.returncode, done.stdout + done.stderr
+
+
 def run_shell(block: Block) -> None:
     """Run the executable lines of one shell block; raise ExampleError on a wrong exit."""
     for command in commands(block):
+        if command.argv[0] == "pytest":
+            code, printed = _pytest(command.argv)
+            if code != command.expected:
+                raise ExampleError(
+                    f"{block.path}:{command.line}: `{' '.join(command.argv)}` exited {code}, "
+                    f"expected {command.expected}:\n{printed[-3000:]}"
+                )
+            continue
         main, args = _entry_point(command.argv)
         out = io.StringIO()
         try:

@@ -21,6 +21,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -157,7 +158,7 @@ def run_fuzz(args: argparse.Namespace) -> int:
         replay = args.replay_out
     if error is not None and args.regression_out:
         try:
-            text = regression_file(error, command=" ".join(["asynclookup", *sys.argv[1:]]))
+            text = regression_file(error, command=_regression_command(args))
         except RegressionError as exc:
             print(f"asynclookup fuzz: --regression-out: {exc}", file=sys.stderr)
         else:
@@ -165,6 +166,9 @@ def run_fuzz(args: argparse.Namespace) -> int:
                 out.write(text)
             print(f"regression test: {args.regression_out} (pytest {args.regression_out})",
                   file=sys.stderr)
+    elif args.regression_out:  # nothing to regress: say so rather than leave the user guessing
+        print(f"asynclookup fuzz: --regression-out: no violation, {args.regression_out} "
+              "not written", file=sys.stderr)
     if args.json:
         print(json.dumps(_as_json(config, stats, seconds, error, replay) | outcome.as_json()))
     else:
@@ -175,6 +179,23 @@ def run_fuzz(args: argparse.Namespace) -> int:
     if error is not None:
         return EXIT_VIOLATION
     return EXIT_LIMIT if outcome.lost else EXIT_CLEAN  # a lost worker: the run is incomplete
+
+
+def _regression_command(args: argparse.Namespace) -> str:
+    """The command that regenerates a regression file: this run's options that shape it
+    (not ``sys.argv``, which is another program's when the CLI runs in-process)."""
+    words = ["asynclookup", "fuzz"]
+    words += ["--impl", args.impl] if args.impl else ["--target", args.target]
+    if args.tables:
+        words += ["--tables", args.tables]
+    words += ["--faults", faults_text(args.faults)]
+    if args.strict_efficiency:
+        words.append("--strict-efficiency")
+    for flag, value, default in (("--seed", args.seed, None), ("--examples", args.examples, None),
+                                 ("--steps", args.steps, 50)):
+        if value != default:
+            words += [flag, str(value)]
+    return shlex.join([*words, "--regression-out", args.regression_out])
 
 
 def _configure(args: argparse.Namespace) -> tuple[FuzzConfig, ExampleDatabase | None]:

@@ -1,0 +1,52 @@
+"""Bug/fix pairs for ``--regression-out``: a user's module before and after the fix.
+
+Each pair is one standalone module (standard library only, as in a user's own
+repository) in two twins of the same module and class name: ``buggy/`` holds
+it with one bug, ``fixed/`` with that bug fixed and nothing else changed.  A
+maintainer generates the regression file from the buggy twin, commits it, fixes
+the class, and the same file passes: tests/test_regression_out.py does exactly
+that, in a fresh directory where this project cannot be imported.
+
+The four modules are written in different styles (a vLLM 0.34 copy with plain
+objects; slots dataclasses, a generation counter and table names of its own;
+an IntEnum phase in list records and an ``iter(get, None)`` worker loop; frozen
+records replaced on every change, in tables on a plain bookkeeping object).  The
+twins are copies on purpose: a fixed file is what the maintainer has after the
+fix, and ``diff buggy/M.py fixed/M.py`` shows only the bug and its docstring.
+These are test data: the oracle's own code never imports them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BUGGY, FIXED = HERE / "buggy", HERE / "fixed"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One bug and its fix: the module, its class, what the oracle must name, how to run it."""
+
+    module: str
+    cls: str
+    number: int  # the property the regression file is named after and fails on
+    step: int  # the step of the regression file that fails on the buggy twin
+    faults: str = "all"  # the fuzz run's --faults
+
+    @property
+    def impl(self) -> str:
+        return f"{self.module}:{self.cls}"
+
+
+PAIRS = (
+    # zip() over keys and a short answer strands the keys left out (vLLM 0.34)
+    Pair("prefix_lookup", "PrefixLookupManager", 6, 4, "raise,lazy-raise,short,long,slow"),
+    # a result applied by key, not generation, delivers a superseded probe's verdict
+    Pair("kv_probe", "KvProbeManager", 2, 6),
+    # mark_miss forces a verdict on a PENDING probe, which gets a second one later
+    Pair("hit_cache", "HitCacheManager", 3, 3),
+    # cleanup leaves the request in the index: a leak the leak check names
+    Pair("ledger", "LedgerManager", 4, 3),
+)
