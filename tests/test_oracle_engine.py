@@ -272,7 +272,19 @@ def test_tables_left_when_the_spec_holds_nothing_are_property_5() -> None:
     checker = feed([*ROUND_TRIP, CleanupSeen("A")])
     assert checker.expects_empty()
     violation = first_violation([*ROUND_TRIP, CleanupSeen("A"), Leftover("_req_keys={'A': ...}")])
+    assert violation.number == 5  # no role known: a leftover
+    violation = first_violation([*ROUND_TRIP, CleanupSeen("A"),
+                                 Leftover("_states={b'k0': ...}", frozenset({"probes"}))])
     assert violation.number == 5
+
+
+def test_request_index_left_when_the_spec_holds_nothing_is_property_4() -> None:
+    """A leftover request index (its role known) breaks property 4: after cleanup(A) nothing
+    refers to A, even when a probe state is left too."""
+    for roles in ({"index"}, {"index", "probes"}):
+        violation = first_violation([*ROUND_TRIP, CleanupSeen("A"),
+                                     Leftover("_req_keys={'A': ...}", frozenset(roles))])
+        assert violation.number == 4 and "request index" in violation.detail
 
 
 def test_tables_held_while_the_spec_holds_something_are_allowed() -> None:

@@ -31,7 +31,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from asynclookup.conformance.observations import Answer, TierCallSeen
 from asynclookup.reference.errors import ManagerClosedError
@@ -276,7 +276,7 @@ class OracleTier:
 class Target(Protocol):
     """What the oracle needs from an implementation under test.
 
-    Two optional members, read with ``supports_of`` and ``snapshot_of``:
+    Optional members, read with ``supports_of``, ``snapshot_of`` and ``getattr``:
 
     - ``supports``: the names in ``OPTIONAL_CALLS`` the IUT has (default: all).
       The oracle never generates a call an IUT lacks: ``mark_miss``,
@@ -286,6 +286,13 @@ class Target(Protocol):
       the step's batch, posted results), each a sized collection.  When an
       adapter offers it, the oracle checks property 5 (no leak) whenever no
       possible spec state holds anything: every table must then be empty.
+    - ``table_roles``: the role (``probes``, ``index``, ``batch``, ``results``)
+      of each table ``snapshot()`` names (a name absent from it is its own
+      role): a leftover request ``index`` is property 4, anything else 5.
+    - ``take_crash()``: where a thread of the IUT died of an uncaught
+      exception, once (None: none did, or it was told already).  The driver
+      asks after every call and reports a crash as a dead worker (property 7)
+      before anything the call showed because of it.
     """
 
     mode: str  # "stepped" or "threaded"
@@ -402,6 +409,10 @@ class ReferenceAdapter:
 
     def is_closed_error(self, exc: BaseException) -> bool:
         return isinstance(exc, ManagerClosedError)
+
+    table_roles: ClassVar[dict[str, str]] = {
+        "probes": "probes", "index": "index", "batch": "batch", "posted": "results",
+    }
 
     def snapshot(self) -> Mapping[str, Sized]:
         """The manager's tables, from its public ``snapshot()``: probes, index, batch, posted."""

@@ -14,7 +14,8 @@ it and says which rule the implementation broke, in the protocol's words:
   submitted (1); owed keys in the wrong grouping or context are right context (9);
 - a worker step the spec does not allow, a stall or a dead worker: progress (6),
   exactly once (3) or survival (7);
-- tables left in the IUT where the spec holds nothing: no leak (5).
+- tables left in the IUT where the spec holds nothing: bookkeeping (4) when the
+  request index still holds a request, otherwise no leak (5).
 
 It only reads states and observations; the choice is a diagnosis for the
 report, not part of the acceptance check.
@@ -128,6 +129,11 @@ def classify(
             f"{shown_keys} (a probe that should be gone was kept, or the reverse)"
         )
     if isinstance(obs, Leftover):
+        if "index" in obs.roles:
+            return 4, (
+                "with every request cleaned up and every result drained, the request index "
+                f"still holds {obs.tables}: after cleanup(r), nothing may refer to r"
+            )
         return 5, (
             "with every request cleaned up and every result drained, the IUT still "
             f"holds {obs.tables}"
@@ -171,6 +177,18 @@ def raised(checker: Checker, obs: Observation, error: str) -> tuple[int, str]:
                         f"{detail}; it was to apply a stale result (g{generation}) for "
                         f"{key!r}, whose current probe g{p.generation} has its verdict: "
                         "applied by key, it is a second verdict"
+                    )
+        for state in checker.states:
+            # a stale result for a key whose newer probe has no verdict yet: applied by
+            # key (or matched by a reused generation), it gives that probe a verdict,
+            # and the probe's own result is then its second one
+            for key, generation in [(r.key, r.generation) for r in state.posted]:
+                p = core.probe_of(state, key)
+                if p is not None and p.generation != generation:
+                    return 3, (
+                        f"{detail}; it was to apply a stale result (g{generation}) for "
+                        f"{key!r}, whose current probe is g{p.generation}: applied by key "
+                        "(or matched by a reused generation), the probe gets two verdicts"
                     )
     return 7, detail
 

@@ -62,6 +62,7 @@ T = TypeVar("T")
 PROPER = Plan()  # a proper answer, all False
 WAIT_BOUND = 3.0  # seconds the oracle waits for a tier call or a post in threaded mode
 UNOWED_WAIT = 0.05  # seconds a replay waits for a tier call the spec does not owe
+PARTIAL_WAIT = 0.05  # seconds a replay's settle waits for a per-group post (calls owed)
 CATCH_UP_CALLS = 8  # tier calls one catch_up answers at most
 
 
@@ -93,18 +94,21 @@ class ShrinkReport:
     tried: int = 0  # candidate replays run
     reproduced: int = 0  # candidates that broke the same property (and were no larger)
     stopped: str = ""  # why it stopped
+    note: str = ""  # e.g. that the run it started from was not reproducible
 
     def line(self) -> str:
         """One line for the text report."""
         return (
             f"shrunk from {self.calls_before} to {self.calls_after} calls: "
             f"{self.tried} candidates tried, {self.reproduced} reproduced; {self.stopped}"
+            + (f"; {self.note}" if self.note else "")
         )
 
     def as_json(self) -> dict[str, Any]:
         return {
             "calls_before": self.calls_before, "calls_after": self.calls_after,
             "tried": self.tried, "reproduced": self.reproduced, "stopped": self.stopped,
+            "note": self.note or None,
         }
 
 
@@ -116,7 +120,19 @@ class ConformanceError(AsyncLookupError, AssertionError):
         self.calls = list(calls)
         self.config = config
         self.shrink_report: ShrinkReport | None = None  # set by conformance.replay.shrink
+        self.reproducible = True  # False: Hypothesis's own replay of the run went otherwise
         super().__init__(format_counterexample(violation, calls))
+
+    def not_reproducible(self, why: str) -> None:
+        """Say in the report that Hypothesis's replay of this run did not repeat it."""
+        self.reproducible = False
+        self.args = (f"{self.args[0]}\n  {NOT_REPRODUCIBLE} ({why})",)
+
+
+NOT_REPRODUCIBLE = (
+    "this run was not reproducible: Hypothesis's replay of it went otherwise (the worker's "
+    "timing), so this is the first failure the run saw"
+)
 
 
 def format_counterexample(violation: Violation, calls: Sequence[Call]) -> str:
@@ -190,6 +206,7 @@ class Driver:
         self._settled_at = 0
         self.owns_inner = False  # close() disposes of the real tier
         self.failed = False  # a ConformanceError was raised: nothing is checked after it
+        self.on_error: Callable[[ConformanceError], None] | None = None  # told before raising
         self.target: Target = factory(self.tier, mode)
         self.supports = supports_of(self.target)  # the optional calls it has
         self.leak_check = snapshot_of(self.target) is not None
@@ -348,7 +365,10 @@ class Driver:
         Only meaningful once every owed tier call is answered; before that (a
         replay whose answers were shrunk away) the call only records that.
         """
-        if not self.failed and (self.checker.owed_tier_calls() > 0 or not self.unsettled()):
+        owed = self.checker.owed_tier_calls() > 0
+        if not self.failed and (owed or not self.unsettled()):
+            if owed and self.unsettled() and self.patient:
+                self._settle_partly()
             return  # tier calls are still owed, or nothing new to wait for
         expected = self._posted_expected
         done = self.target.wait_posted(expected, self.wait_bound)
@@ -363,6 +383,19 @@ class Driver:
             ("settle", ()),
             [Settled() if done else Stalled("post", self.target.worker_alive())],
         )
+
+    def _settle_partly(self) -> None:
+        """A replay's settle while tier calls are still owed: a worker that posts per
+        request group may have posted what it was answered so far; wait briefly for
+        that and, if it did, record it (pinning when the post happened).  A worker that
+        posts per batch has not: nothing is recorded, nothing is judged."""
+        expected = self._posted_expected
+        if self.target.wait_posted(expected, PARTIAL_WAIT):
+            self._settled_at = expected
+            self._record(
+                f"wait until the worker posted {expected} results -> done", ("settle", ()),
+                [Settled()],
+            )
 
     def _answer_unowed(self) -> bool:
         """A tier call the spec does not owe is waiting: answer it and record it, so the
@@ -434,6 +467,12 @@ class Driver:
             )
             self._posted_expected += len(tier_call.keys)
             seen.append(tier_call)
+        crash = self._take_crash()
+        if crash is not None:
+            # a thread of the IUT died during this call: that is the finding (property 7),
+            # whatever the call returned because of it (a None, a stall, a short shutdown)
+            record.notes.append(f"the worker thread died: {crash}")
+            seen.append(WorkerDied(crash))
         seen.extend(observations)
         stalled = any(isinstance(obs, Stalled) for obs in observations)
         if (
@@ -448,11 +487,22 @@ class Driver:
         if self.leak_check and not self.failed and self.checker.expects_empty():
             self._feed(self._leftovers())
 
+    def _take_crash(self) -> str | None:
+        """Where the IUT's worker died, once, if its adapter can tell (``take_crash``)."""
+        take = getattr(self.target, "take_crash", None)
+        crash: str | None = take() if take is not None else None
+        return crash
+
     def _leftovers(self) -> list[Observation]:
-        """A ``Leftover`` naming the IUT's non-empty tables, if any (property 5)."""
+        """A ``Leftover`` naming the IUT's non-empty tables and their roles, if any (the
+        target's ``table_roles`` maps a table's name to its role; else the name is)."""
         tables = snapshot_of(self.target) or {}
-        left = [f"{name}={_listed(table)}" for name, table in tables.items() if len(table)]
-        return [Leftover("; ".join(left))] if left else []
+        roles: dict[str, str] = dict(getattr(self.target, "table_roles", None) or {})
+        full = [name for name, table in tables.items() if len(table)]
+        left = [f"{name}={_listed(tables[name])}" for name in full]
+        if not left:
+            return []
+        return [Leftover("; ".join(left), frozenset(roles.get(name, name) for name in full))]
 
     def _feed(self, seen: Sequence[Observation]) -> None:
         for obs in seen:
@@ -468,7 +518,10 @@ class Driver:
                 if violation not in self.checker.warnings:
                     self.checker.warnings.append(violation)
                 return
-            raise ConformanceError(violation, self.calls, self.config)
+            error = ConformanceError(violation, self.calls, self.config)
+            if self.on_error is not None:
+                self.on_error(error)
+            raise error
 
 
 def _listed(table: object) -> str:

@@ -202,6 +202,22 @@ class Checker:
         """How many states are possible (without sorting them, unlike ``states``)."""
         return len(self._states)
 
+    def tagged_states(self) -> dict[State, bool]:
+        """A copy of the possible states in the checker's order, each -> its tag (True:
+        explained only by a wasteful cleanup), for another engine to take over."""
+        return dict(self._states)
+
+    def resume(
+        self, states: Mapping[State, bool], notes: Mapping[str, object], *, stopped: bool
+    ) -> None:
+        """Start from ``states`` (in order, with their tags, as ``tagged_states`` gives them),
+        the classification notes ``notes`` (by attribute name) and ``stopped``."""
+        self._states = dict(states)
+        self.stopped = stopped
+        for name in ("faulty", "missed", "flush_dropped", "dropped", "ever_dropped", "stale"):
+            if name in notes:
+                setattr(self, name, notes[name])
+
     def _trim_tagged(self, states: dict[State, bool]) -> None:
         """Keep at most ``tagged_kept`` tagged states while untagged ones exist.
 
@@ -251,6 +267,10 @@ class Checker:
         before = self._states
         problem = self._usage(obs)
         after = {} if problem is not None else self._advance(obs)
+        # Trim before closing under the hidden worker steps, so that every state kept
+        # also has its successors (trimmed after, a tagged state's TakeBatch would go
+        # with the states of as many probes that sort before it).
+        self._trim_tagged(after)
         if after and self.hidden_worker:
             after = self._close(after, (core.TakeBatch(), core.Post()))
         if not after:
@@ -274,7 +294,6 @@ class Checker:
                     obs, tuple(efficient)[:3],
                 )
             )
-        self._trim_tagged(after)
         self._states = after
         return None
 

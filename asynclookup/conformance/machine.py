@@ -32,6 +32,7 @@ import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis import strategies as st
 from hypothesis.database import ExampleDatabase
+from hypothesis.errors import Flaky
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
@@ -96,6 +97,7 @@ class Stats:
     found_after: float | None = None  # seconds to the first failure, before shrinking
     leak_check: bool | None = None  # the target offers a snapshot (None: no IUT built yet)
     not_generated: tuple[str, ...] = ()  # optional calls the target lacks
+    first_error: ConformanceError | None = None  # the first violation any example raised
 
     @property
     def rate(self) -> float:
@@ -134,6 +136,10 @@ def machine_class(
         inner = make_inner_tier(config.tier, config.redis_url)
     factory = load_target(config.target)
     answers = plans(config.faults)
+
+    def _keep_first(error: ConformanceError) -> None:
+        if counters.first_error is None:
+            counters.first_error = error
     stepped = config.mode == "stepped"
     real_tier = inner is not None
 
@@ -169,6 +175,7 @@ def machine_class(
                 strict_efficiency=config.strict_efficiency,
                 config={"target": config.target, "tier": config.tier},
             )
+            driver.on_error = _keep_first
             counters.leak_check = driver.leak_check
             counters.not_generated = tuple(sorted(OPTIONAL_CALLS - driver.supports))
             return driver
@@ -284,13 +291,18 @@ def machine_class(
             # precondition that does would make Hypothesis's generation flaky.
 
             @precondition(lambda m: m.flushes > 0)
-            @rule(target=listed_last, answer=answers)
-            def answer(self, answer: Plan) -> Any:
+            @rule(target=listed_last, answer=answers, then_settle=st.booleans())
+            def answer(self, answer: Plan, then_settle: bool) -> Any:
                 """Answer the worker's next tier call (it blocks until then), if one is owed
-                or waiting; otherwise nothing happens."""
+                or waiting; otherwise nothing happens.  ``then_settle``: then wait until the
+                worker has posted (a settle, numbered on its own), so that the next call
+                sees the post: the scheduler thread rarely gives the worker the time to
+                post between two calls, and swarm testing often turns the settle rule off."""
                 self._step()
                 self.driver.answer(answer)
                 self.answers += 1
+                if then_settle:
+                    self.settle()
                 return multiple()
 
             @precondition(lambda m: m.flushes > 0)
@@ -403,6 +415,11 @@ def run(
         run_state_machine_as_test(machine, settings=chosen)
     except Exception as exc:
         error = conformance_error_in(exc)
+        if isinstance(exc, Flaky) and stats.first_error is not None:
+            # A threaded run whose replay by Hypothesis failed otherwise, or not at all
+            # (FlakyStrategyDefinition, FlakyFailure): the verdict is the first failure.
+            error = stats.first_error
+            error.not_reproducible(type(exc).__name__)
         if error is None:
             raise
         stats.found_after = time.monotonic() - stats.started

@@ -198,9 +198,13 @@ class Leftover:
 
     The oracle takes a snapshot only when no possible spec state holds a probe,
     an index entry, a batch entry, a queued batch or an unapplied result.
+    ``roles``: the role of each non-empty table, where the adapter knows it
+    (``probes``, ``index``, ``batch``, ``results``): an ``index`` left holding a
+    request breaks property 4, anything else property 5.
     """
 
     tables: str
+    roles: frozenset[str] = frozenset()
 
 
 Observation = (

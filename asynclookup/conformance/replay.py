@@ -24,6 +24,7 @@ from typing import Any
 
 from asynclookup.conformance.adapter import Plan
 from asynclookup.conformance.driver import (
+    NOT_REPRODUCIBLE,
     WAIT_BOUND,
     Call,
     ConformanceError,
@@ -33,6 +34,7 @@ from asynclookup.conformance.driver import (
 
 Step = tuple[str, tuple[Any, ...]]
 QUICK_WAIT = 0.5  # seconds a threaded shrink candidate waits for what the spec owes
+CONFIRMED_AT_MOST = 6  # threaded: shrunk candidates confirmed at the full bound, smallest first
 
 
 def open_replay(
@@ -68,14 +70,20 @@ def replay(
 def shrink(error: ConformanceError, budget: float = 20.0) -> ConformanceError:
     """The shortest, simplest replay found within ``budget`` seconds breaking the same property.
 
-    Threaded replays depend on the worker thread's timing, so each candidate
-    gets three tries there, and waits only ``QUICK_WAIT`` for a tier call or a
-    post the spec owes (a counterexample that ends in one that never comes would
-    otherwise cost the whole bound a candidate); the result is then replayed
-    with the full bound, and if it does not break the property there, the
-    original counterexample is returned.
+    Threaded replays depend on the worker thread's timing, so there a candidate
+    gets up to three tries and is kept only if its recorded calls break the
+    property once more; the run with a settle after every run of answers is
+    tried first, and if it reproduces, no settle is ever deleted alone.  A
+    candidate waits only ``QUICK_WAIT`` for a tier call or a post the spec owes
+    (a counterexample that ends in one that never comes would otherwise cost the
+    whole bound a candidate); the kept candidates are then replayed with the
+    full bound, smallest first, and the first that breaks the property there is
+    returned (the original counterexample if none does).  ``shrink_report``
+    says what it did.
     """
     report = ShrinkReport(len(error.calls))
+    if not error.reproducible:
+        report.note = NOT_REPRODUCIBLE
     shrunk = _shrink(error, budget, report)
     report.calls_after = len(shrunk.calls)
     shrunk.shrink_report = report
@@ -89,25 +97,44 @@ def _shrink(error: ConformanceError, budget: float, report: ShrinkReport) -> Con
     wait = QUICK_WAIT if threaded else WAIT_BOUND
     deadline = time.monotonic() + budget
     best = error
+    accepted: list[ConformanceError] = []  # every candidate taken, smallest last
     out_of_time = False
+    pinned = False  # threaded: best settles after its answers, and keeps those settles
 
     def attempt(steps: list[Step], larger: bool = False) -> bool:
         nonlocal best, out_of_time
+        if pinned and _drops_a_settle(_steps(best.calls), steps):
+            return False
+
+        def progress(found: ConformanceError | None) -> bool:
+            # progress is a different run that is no larger: a candidate that fails
+            # only at the closing shutdown() replays as the very calls of ``best``
+            return found is not None and found.violation.number == number and (
+                (larger or _size(found) <= _size(best))
+                and _steps(found.calls) != _steps(best.calls)
+            )
+
         for _ in range(tries):
             if time.monotonic() > deadline:
                 out_of_time = True
                 return False
             report.tried += 1
             found = replay(error.config, steps, wait)
-            # progress is a different run that is no larger: a candidate that fails
-            # only at the closing shutdown() replays as the very calls of ``best``
-            if found is not None and found.violation.number == number and (
-                (larger or _size(found) <= _size(best))
-                and _steps(found.calls) != _steps(best.calls)
-            ):
-                report.reproduced += 1
-                best = found
-                return True
+            if not progress(found):
+                continue
+            if threaded and found is not None:
+                # Threaded: replay the calls as recorded (a call that did nothing, such
+                # as an answer with no tier call waiting, is not recorded, yet it gave
+                # the worker time): the run kept must break the property by itself.
+                report.tried += 1
+                found = replay(error.config, _steps(found.calls), wait)
+                if not progress(found):
+                    continue
+            assert found is not None
+            report.reproduced += 1
+            best = found
+            accepted.append(found)
+            return True
         return False
 
     # Calls the spec ignores (a cleanup of a request that asked nothing since its
@@ -118,19 +145,27 @@ def _shrink(error: ConformanceError, budget: float, report: ShrinkReport) -> Con
         attempt(inert)
 
     if threaded:
-        # Threaded: the calls after an answer may matter only as time for the
-        # worker to post (before or after some call).  Pin that timing with a
-        # settle, at the answer or later, and those calls can be deleted; keep
-        # a pinned run only if it then shrinks below the unpinned one.
-        before = best
-        for candidate in _pinned(_steps(best.calls)):
-            if time.monotonic() > deadline:
-                break
-            if attempt(candidate, larger=True):
-                _delete_calls(_steps(best.calls), attempt)
-                if _size(best) < _size(before):
+        # Threaded: the calls after an answer may matter only as time for the worker
+        # to post.  Pin that timing with a settle after every run of answers: when
+        # the pinned run still breaks the property, shrinking keeps those settles
+        # (a candidate without them would reproduce only by the luck of the worker's
+        # timing, and fail to confirm).  Otherwise try each answer moved later.
+        steps = _steps(best.calls)
+        full = _pin_all(steps)
+        if full == steps:
+            pinned = any(method == "settle" for method, _ in steps)
+        elif attempt(full, larger=True):
+            pinned = True
+        if not pinned:
+            before = best
+            for candidate in _moved(steps):
+                if time.monotonic() > deadline:
                     break
-                best = before
+                if attempt(candidate, larger=True):
+                    _delete_calls(_steps(best.calls), attempt)
+                    if _size(best) < _size(before):
+                        break
+                    best = before
     changed = True
     while changed and time.monotonic() < deadline:
         changed = _delete_calls(_steps(best.calls), attempt)
@@ -146,15 +181,54 @@ def _shrink(error: ConformanceError, budget: float, report: ShrinkReport) -> Con
     if report.tried and not report.reproduced:
         report.stopped += " (no candidate reproduced the violation: the run may hinge on "
         report.stopped += "timing the replay could not repeat)"
+    inert_left = len(best.calls) - len(_without_inert_cleanups(_steps(best.calls)))
+    if inert_left:
+        report.stopped += (
+            f"; {inert_left} cleanup(s) the spec ignores kept: without them the "
+            "violation did not reproduce, so the IUT does not ignore them"
+        )
     if best is error or not threaded:
         return best
-    for _ in range(tries):
-        confirmed = replay(error.config, _steps(best.calls))
-        if confirmed is not None and confirmed.violation.number == number:
-            return confirmed
-    report.stopped += "; the shrunk run did not reproduce at the full wait bound, so the "
+    # Confirm at the full wait bound, smallest candidate first: one that reproduced
+    # only by the luck of the worker's timing gives way to the next larger one.
+    chain = sorted({id(c): c for c in accepted if c is not error}.values(), key=_size)
+    for rank, kept in enumerate(chain[:CONFIRMED_AT_MOST]):
+        for _ in range(tries):
+            confirmed = replay(error.config, _steps(kept.calls))
+            if confirmed is not None and confirmed.violation.number == number:
+                if rank:
+                    report.stopped += (
+                        f"; the {rank} smallest candidate(s) did not reproduce at the full "
+                        "wait bound, so the next larger one is shown"
+                    )
+                return confirmed
+    report.stopped += "; no shrunk run reproduced at the full wait bound, so the "
     report.stopped += "unshrunk counterexample is shown"
     return error
+
+
+def _drops_a_settle(steps: list[Step], candidate: list[Step]) -> bool:
+    """Whether ``candidate``, ``steps`` with some deleted, deletes a settle but keeps an
+    answer it pins (one since the settle before it).  Deleting them all is fine."""
+    if len(candidate) >= len(steps):
+        return False
+    kept: list[bool] = []
+    j = 0
+    for step in steps:
+        same = j < len(candidate) and candidate[j] == step
+        kept.append(same)
+        j += same
+    if j != len(candidate):
+        return False  # not a plain deletion
+    for i, step in enumerate(steps):
+        if step[0] != "settle" or kept[i]:
+            continue
+        j = i - 1
+        while j >= 0 and steps[j][0] != "settle":
+            if steps[j][0] == "answer" and kept[j]:
+                return True  # an answer it pinned is kept: now unpinned
+            j -= 1
+    return False
 
 
 def _without_inert_cleanups(steps: list[Step]) -> list[Step]:
@@ -198,17 +272,19 @@ def _delete_calls(steps: list[Step], attempt: Callable[[list[Step]], bool]) -> b
     return changed
 
 
-def _pinned(steps: list[Step]) -> Iterator[list[Step]]:
-    """Threaded candidates that pin when the worker posts: a settle after every run
-    of answers; then each answer moved later, a settle right after it."""
+def _pin_all(steps: list[Step]) -> list[Step]:
+    """``steps`` with a settle after every run of answers (threaded)."""
     settled: list[Step] = []
     for i, step in enumerate(steps):
         settled.append(step)
         after = steps[i + 1][0] if i + 1 < len(steps) else None
         if step[0] == "answer" and after not in ("answer", "settle"):
             settled.append(("settle", ()))
-    if settled != steps:
-        yield settled
+    return settled
+
+
+def _moved(steps: list[Step]) -> Iterator[list[Step]]:
+    """Threaded candidates with one answer moved later, a settle right after it."""
     for i, (method, _) in enumerate(steps):
         if method != "answer":
             continue

@@ -6,7 +6,10 @@ someone replaced it since), so an IUT thread's uncaught exception reaches the
 callback its adapter registered in ``WATCHED`` while the adapter lives, and the
 process's own hook is untouched before and after.  ``CountingQueue`` wraps the
 queue an IUT's worker posts its results on, so that an adapter can wait,
-bounded, until so many results were posted.
+bounded, until so many results were posted.  ``IdleWatch`` is the fallback
+for an IUT whose results store is no queue (a dict, a list under a lock): it
+counts the results of a tier call as posted once the thread that made the call
+is idle again, blocked in its next wait.
 
 It knows no protocol: ``asynclookup.conformance.vllm`` uses both.
 """
@@ -14,11 +17,13 @@ It knows no protocol: ``asynclookup.conformance.vllm`` uses both.
 from __future__ import annotations
 
 import os
+import queue
+import sys
 import threading
 import traceback
 import weakref
 from collections.abc import Callable
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 
 from asynclookup.conformance.tables import resolve
@@ -117,3 +122,75 @@ def wrap_queue(manager: Any, path: str) -> CountingQueue | None:
     counting = CountingQueue(inner)
     setattr(owner, name, counting)
     return counting
+
+
+# -- when no results queue is found: the tier-calling thread going idle ----------------
+
+_WAIT_CODE = threading.Condition.wait.__code__  # Queue.get, Event.wait, Semaphore, ... wait here
+
+
+def _blocks(arg: object) -> bool:
+    """Whether a C function called is a blocking ``SimpleQueue.get`` (it has no Python frame)."""
+    return getattr(arg, "__name__", "") == "get" and isinstance(
+        getattr(arg, "__self__", None), queue.SimpleQueue
+    )
+
+
+class IdleWatch:
+    """Counts the results of tier calls whose calling thread has since gone idle.
+
+    The IUT's ``batch_lookup`` routing calls ``entering()`` when a tier call
+    starts and ``returned(keys)`` when it returns (both on the IUT's thread).
+    From the return on, a profile function on that thread only (``sys.setprofile``)
+    waits for the thread's next blocking wait: a ``threading.Condition.wait``
+    (which ``queue.Queue.get``, ``Event.wait``, ``Semaphore.acquire`` and
+    ``wait_for`` all reach), a ``SimpleQueue.get``, or the end of the thread
+    (a next tier call is not idle: a worker posting per batch asks the tier
+    for the batch's next group first).  Then the keys it returned count as
+    posted: a worker that waits for its next batch has posted what it had
+    (PROTOCOL.md: results are posted "always before it takes the next batch"),
+    and one that has not will not post until it is woken, which the oracle
+    reports.  No polling and no sleeping: the thread itself says so.
+    It assumes the thread that called the tier posts its results (a pool whose
+    dispatcher posts for its threads needs a results queue).
+    """
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.settled = 0  # results of tier calls whose thread went idle since
+        self._owed: dict[int, int] = {}  # thread ident -> keys returned, not yet idle
+
+    def entering(self) -> None:
+        """On the IUT's thread, as it calls the tier: stop watching while the tier call
+        waits for its answer (what the thread returned before is still owed: a worker
+        that posts per batch asks the tier for the next group first)."""
+        if sys.getprofile() == self._profile:
+            sys.setprofile(None)
+
+    def returned(self, keys: int) -> None:
+        """On the IUT's thread, as a tier call returns ``keys`` results (or raises)."""
+        ident = threading.get_ident()
+        with self.changed:
+            self._owed[ident] = self._owed.get(ident, 0) + keys
+        sys.setprofile(self._profile)
+
+    def _profile(self, frame: FrameType, event: str, arg: object) -> None:
+        if (
+            (event == "call" and frame.f_code is _WAIT_CODE)
+            or (event == "c_call" and _blocks(arg))
+            or (event == "return" and frame.f_back is None)  # the thread ends
+        ):
+            sys.setprofile(None)
+            self._idle(threading.get_ident())
+
+    def _idle(self, ident: int) -> None:
+        with self.changed:
+            owed = self._owed.pop(ident, 0)
+            if owed:
+                self.settled += owed
+                self.changed.notify_all()
+
+    def wake(self) -> None:
+        """Wake every waiter (a thread crashed)."""
+        with self.changed:
+            self.changed.notify_all()

@@ -26,7 +26,9 @@ What it adds to the black box:
   threads the IUT starts later (a pool that grows on demand) are watched too;
 - a snapshot of the tables for the leak check (property 5), and a count of
   what the worker posts (for settles): the tables ``asynclookup.conformance.tables``
-  found by shape or the user named.
+  found by shape or the user named; with no results queue, a tier call's results
+  count as posted once the thread that made it is idle again
+  (``asynclookup.conformance.threads.IdleWatch``).
 
 It does not decide conformance: ``asynclookup.conformance.engine`` does.
 ``load`` says what keeps a class from fitting, and which option would fit it
@@ -55,6 +57,7 @@ from asynclookup.conformance.shape import (
 from asynclookup.conformance.tables import TablesUsed, explore, readable, resolve
 from asynclookup.conformance.threads import (
     WATCHED,
+    IdleWatch,
     acquire_hook,
     release_hook,
     where,
@@ -246,7 +249,10 @@ class VllmAdapter:
         shape = impl.shape
         self._names = {m: shape.name(m) or m for m in (*OPTIONAL, "lookup", "flush", "cleanup",
                                                         "drain_results", "shutdown")}
-        routed = _routed(impl.cls, shape, tier.batch_lookup)
+        # no results queue to count (a dict, a list under a lock): a result counts as
+        # posted once the thread that called the tier is idle again (threads.IdleWatch)
+        self._idle = IdleWatch() if impl.tables.results is None else None
+        routed = _routed(impl.cls, shape, self._tier_call)
         acquire_hook()
         self._release = weakref.finalize(self, release_hook)
         before = set(threading.enumerate())
@@ -263,6 +269,19 @@ class VllmAdapter:
             wrap_queue(self.manager, impl.tables.results.path)
             if impl.tables.results is not None else None
         )
+        if self._posted is None and self._idle is None:
+            self._idle = IdleWatch()
+
+    def _tier_call(self, keys: list[bytes], req_context: Any) -> Any:
+        """The oracle's tier, as the IUT's thread calls it (watched when no queue is)."""
+        watch = self._idle
+        if watch is None:
+            return self.tier.batch_lookup(keys, req_context)
+        watch.entering()
+        try:
+            return self.tier.batch_lookup(keys, req_context)
+        finally:
+            watch.returned(len(keys))
 
     # -- scheduler calls ---------------------------------------------------------
 
@@ -327,17 +346,30 @@ class VllmAdapter:
         return all(t.is_alive() for t in self.threads)
 
     def wait_posted(self, results: int, timeout: float) -> bool | None:
-        posted = self._posted
-        if posted is None:
+        posted, idle = self._posted, self._idle
+        if posted is not None:
+            with posted.changed:
+                done = posted.changed.wait_for(
+                    lambda: posted.sizes_put >= results or self.worker_crash is not None, timeout
+                )
+        elif idle is not None:
+            with idle.changed:
+                done = idle.changed.wait_for(
+                    lambda: idle.settled >= results or self.worker_crash is not None, timeout
+                )
+        else:
             return None
-        with posted.changed:
-            done = posted.changed.wait_for(
-                lambda: posted.sizes_put >= results or self.worker_crash is not None, timeout
-            )
         if self.worker_crash is not None:
-            self._reported_crash = True  # the oracle sees a stall and a dead worker
-            return False
+            return False  # the driver reports the crash (take_crash), with its place
         return done
+
+    def take_crash(self) -> str | None:
+        """Where one of the IUT's threads died, the first time it is asked after the crash
+        (the driver reports it as a dead worker, property 7, whatever the call showed)."""
+        if self.worker_crash is None or self._reported_crash:
+            return None
+        self._reported_crash = True
+        return self.worker_crash
 
     def crashed(self, where: str) -> None:
         """One of the IUT's threads died of ``where``: remember it, wake a ``wait_posted``."""
@@ -346,6 +378,8 @@ class VllmAdapter:
         if self._posted is not None:
             with self._posted.changed:
                 self._posted.changed.notify_all()
+        if self._idle is not None:
+            self._idle.wake()
 
     def is_closed_error(self, exc: BaseException) -> bool:
         return isinstance(exc, ManagerClosed)
@@ -367,9 +401,6 @@ class VllmAdapter:
     def _call(self, fn: Callable[[], T]) -> T:
         if self._closed:
             raise ManagerClosed("the manager was shut down")
-        if self.worker_crash is not None and not self._reported_crash:
-            self._reported_crash = True
-            raise IUTRaised(f"the worker thread died: {self.worker_crash}")
         if threading.active_count() != self._thread_count:  # threads came or went meanwhile
             self._seen = set(threading.enumerate())  # not the IUT's doing: not watched
             self._thread_count = len(self._seen)
@@ -380,6 +411,11 @@ class VllmAdapter:
         finally:
             if threading.active_count() != self._thread_count:
                 self._adopt(self._later)
+
+    @property
+    def table_roles(self) -> dict[str, str]:
+        """Each snapshot table's role (``probes``, ``index``, ``batch``), by its path."""
+        return {t.path: t.role for t in self.impl.tables.tables}
 
     def snapshot(self) -> dict[str, Sized] | None:
         """The tables found by shape or named, for the leak check; None when there are none."""

@@ -201,7 +201,10 @@ class StaleBesideLive(CallbackManager):
     (PROTOCOL.md: "the tier is asked only about probes that were live and
     PENDING, with the batched generation, at the flush that sent them"): the
     first entry's probe was deleted.  The context is A's both times, so it is
-    not property 9.
+    not property 9.  The same rule also drops a live entry whose batching
+    request was cleaned up while another request still waits on the key: that
+    probe is never submitted, and the other request waits for ever (6, also
+    expected).
     """
 
     def _is_live(self, entry: Entry) -> bool:

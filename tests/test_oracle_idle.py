@@ -1,0 +1,93 @@
+"""Settles without a results queue: the oracle watches the worker go idle (threads.IdleWatch).
+
+A class that posts into a dict under a lock (``tests/outside/condition_style.py``)
+offers no queue to count posts on.  The oracle then counts a tier call's
+results as posted once the thread that made the call blocks in its next wait,
+so a settle is a real wait and the next lookup sees the post: a coerced
+non-bool answer is property 7 at once, a worker that holds its results while
+it waits for the next batch is property 6, and the correct class passes the
+same calls.  Threaded shrinking keeps the settles that pin a post.  Cost: about
+a second.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from asynclookup.conformance.adapter import Plan
+from asynclookup.conformance.driver import ConformanceError
+from asynclookup.conformance.replay import _drops_a_settle, open_replay
+from asynclookup.conformance.vllm import tables_used
+from tests.outside.condition_style import ConditionManager, Job
+
+CONDITION = "tests.outside.condition_style"
+
+
+class HoldsUntilNextBatch(ConditionManager):
+    """Bug (property 6): the worker posts a batch's results only when it takes the next."""
+
+    def _loop(self) -> None:
+        held: dict[tuple[bytes, int], bool] = {}
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: bool(self._jobs) or self._stopping)
+                if not self._jobs:
+                    self._post(held)
+                    return
+                batch: list[Job] = self._jobs.popleft()
+            self._post(held)
+            held = self._results_of(batch)
+
+
+def _run(impl: str, plan: Plan) -> tuple[ConformanceError | None, list[str]]:
+    driver = open_replay(f"impl:{impl}", mode="threaded")
+    try:
+        driver.lookup(b"k0", "A")
+        driver.flush()
+        driver.answer(plan)
+        driver.settle()
+        driver.lookup(b"k0", "A")
+    except ConformanceError as error:
+        return error, [c.text for c in driver.calls]
+    finally:
+        driver.close()
+    return None, [c.text for c in driver.calls]
+
+
+def test_no_results_queue_is_found_for_a_dict_of_results() -> None:
+    """The premise: the condition style's results dict is no queue."""
+    assert tables_used(f"{CONDITION}:ConditionManager").results is None
+
+
+@pytest.mark.parametrize("value", [1, "yes", 1.0])
+def test_settle_waits_for_a_post_into_a_dict(value: Any) -> None:
+    """The settle waits until the worker is idle, so the coerced non-bool is seen (7), and
+    the correct class answers False after the same calls."""
+    from asynclookup.conformance.adapter import JUNK
+
+    plan = Plan("junk", (False,), JUNK.index(value))
+    error, _ = _run(f"{CONDITION}:NonBoolCoerced", plan)
+    assert error is not None and error.violation.number == 7, error
+    assert "coerced it with bool()" in error.violation.detail
+    error, calls = _run(f"{CONDITION}:ConditionManager", plan)
+    assert error is None and "lookup(b'k0', 'A') -> False" in calls, calls
+    assert "wait until the worker posted 1 results -> done" in calls
+
+
+def test_worker_idle_with_results_held_back_is_property_6() -> None:
+    """A worker that waits for its next batch without posting holds its results for ever."""
+    error, _ = _run(f"{__name__}:HoldsUntilNextBatch", Plan(bits=(True,)))
+    assert error is not None and error.violation.number == 6, error
+    assert "returned None" in error.violation.detail
+
+
+def test_shrinking_never_drops_a_settle_alone() -> None:
+    """A candidate may delete an answer with its settle, never the settle alone."""
+    answer, settle, lookup = ("answer", (Plan(),)), ("settle", ()), ("lookup", (b"k0", "A"))
+    steps = [lookup, answer, answer, settle, lookup]
+    assert _drops_a_settle(steps, [lookup, answer, answer, lookup])
+    assert _drops_a_settle(steps, [lookup, answer, lookup])  # one answer it pinned is kept
+    assert not _drops_a_settle(steps, [lookup, lookup])
+    assert not _drops_a_settle(steps, [answer, answer, settle, lookup])
