@@ -135,7 +135,7 @@ def test_tables_holding_no_key_bytes_leave_the_leak_check_off_with_the_reason(
     OFF, why, and which option turns it on; the JSON says the same."""
     code, out, _ = _fuzz(capsys, "--impl", HEX_LEAKY, "--examples", "2", "--seed", "0")
     assert code == 0
-    assert "leak check (property 5): OFF (no attribute of the class holds the looked-up key" \
+    assert "leak check (properties 4, 5): OFF (no attribute of the class holds the looked-up key" \
         in out and "--tables probes=" in out
     code, result, _ = _fuzz(capsys, "--impl", HEX_LEAKY, "--examples", "2", "--seed", "0",
                             "--json")
@@ -157,7 +157,7 @@ def test_report_says_which_tables_and_how(capsys: pytest.CaptureFixture[str]) ->
     argv = ["--impl", OWN, "--tables", "probes=_states", "--examples", "2", "--seed", "0"]
     code, out, _ = _fuzz(capsys, *argv)
     assert code == 0
-    assert ("leak check (property 5): on (named probes=_states; found by shape "
+    assert ("leak check (properties 4, 5): on (named probes=_states; found by shape "
             "index=_by_request, batch=_pending)") in out
     code, result, _ = _fuzz(capsys, *argv, "--json")
     assert result["leak_tables"] == {
@@ -174,7 +174,7 @@ def test_tables_none_turns_the_leak_check_off(capsys: pytest.CaptureFixture[str]
     code, out, _ = _fuzz(capsys, "--impl", LEAKY, "--tables", "none", "--examples", "2",
                          "--seed", "0")
     assert code == 0
-    assert "leak check (property 5): OFF (--tables none)" in out
+    assert "leak check (properties 4, 5): OFF (--tables none)" in out
 
 
 @pytest.mark.parametrize(("tables", "named"), [

@@ -53,3 +53,21 @@ def test_a_failure_hypothesis_cannot_replay_is_reported_as_not_reproducible(
         assert error.shrink_report.as_json()["note"] == NOT_REPRODUCIBLE
     else:
         assert not error.reproducible and NOT_REPRODUCIBLE in str(error)
+
+
+def test_the_cli_report_says_the_run_was_not_reproducible(
+    capsys: pytest.CaptureFixture[str], tmp_path: Any,
+) -> None:
+    """``asynclookup fuzz`` says so in its text (once) and in its JSON (``reproducible``)."""
+    import json
+
+    from asynclookup.cli import main
+
+    args = ["fuzz", "--target", f"{__name__}:FirstInstanceLies", "--examples", "20",
+            "--seed", "0", "--replay-out", str(tmp_path / "replay.py")]
+    _lies_left[0] = 1
+    assert main(args) == 1
+    assert capsys.readouterr().out.count(NOT_REPRODUCIBLE) == 1
+    _lies_left[0] = 1
+    assert main([*args, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["reproducible"] is False

@@ -274,7 +274,7 @@ def test_leak_check_off_is_said(outside: Path, capsys: pytest.CaptureFixture[str
     module = _module(outside, "user_bare", NO_TABLES)
     main(["fuzz", "--impl", f"{module}:Bare", "--seed", "0", "--examples", "1"])
     assert (
-        "leak check (property 5): OFF (no attribute of the class holds the looked-up key "
+        "leak check (properties 4, 5): OFF (no attribute of the class holds the looked-up key "
         "after lookup(): name its tables with --tables" in capsys.readouterr().out
     )
 

@@ -38,7 +38,12 @@ from asynclookup.conformance.campaign import (
     parse_workers,
     run_campaign,
 )
-from asynclookup.conformance.driver import Call, ConformanceError, format_counterexample
+from asynclookup.conformance.driver import (
+    NOT_REPRODUCIBLE,
+    Call,
+    ConformanceError,
+    format_counterexample,
+)
 from asynclookup.conformance.engine import Violation
 from asynclookup.conformance.machine import FuzzConfig, Stats
 from asynclookup.conformance.regression import RegressionError, regression_file, unsupported
@@ -291,6 +296,8 @@ def _as_text(
     if error is not None:
         lines.append(f"VIOLATION ({error.violation.kind}), {len(error.calls)} calls:")
         lines.append(format_counterexample(error.violation, error.calls))
+        if error.shrink_report is None and not error.reproducible:
+            lines.append(f"  {NOT_REPRODUCIBLE}")  # (a shrink line says it itself)
         if error.shrink_report is not None:
             lines.append(error.shrink_report.line())
         if replay is not None:
@@ -320,6 +327,12 @@ def _violation_json(violation: Violation, calls: Sequence[Call]) -> dict[str, An
     }
 
 
+def _reproducible(error: ConformanceError) -> bool:
+    """False when Hypothesis's own replay of the run that found ``error`` went otherwise."""
+    shrunk_from = error.shrink_report
+    return error.reproducible and (shrunk_from is None or shrunk_from.note != NOT_REPRODUCIBLE)
+
+
 def _coverage(config: FuzzConfig, stats: Stats) -> str:
     """Whether the leak check ran, and which optional calls the target never got."""
     tables = leak_tables(config.target)
@@ -332,7 +345,7 @@ def _coverage(config: FuzzConfig, stats: Stats) -> str:
     order = ("mark_miss", "mark_present", "after_shutdown")
     shown = [c if c != "after_shutdown" else "calls after shutdown()"
              for c in order if c in stats.not_generated]
-    return f"leak check (property 5): {leaks}; not generated: {', '.join(shown) or 'nothing'}"
+    return f"leak check (properties 4, 5): {leaks}; not generated: {', '.join(shown) or 'nothing'}"
 
 
 def _as_json(
@@ -353,6 +366,7 @@ def _as_json(
         "violation": None if error is None else _violation_json(error.violation, error.calls),
         "shrink": None if error is None or error.shrink_report is None
         else error.shrink_report.as_json(),
+        "reproducible": None if error is None else _reproducible(error),
         "warnings": [_violation_json(v, calls) for v, calls in stats.warnings[:5]],
         "replay": replay,
         "leak_check": stats.leak_check,

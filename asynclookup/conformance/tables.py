@@ -1,6 +1,6 @@
 """Find a vLLM-shaped class's tables by their shape, for the leak check and the settles.
 
-The leak check (property 5) reads three tables of the class: its probe
+The leak check (properties 4, 5) reads three tables of the class: its probe
 states, its request index and the step's batch; the settles count what its
 worker posts on its results queue.  vLLM calls them ``_lookup_state``,
 ``_req_keys``, ``_lookup_batch`` and ``_pending_results``; copies of it call

@@ -24,7 +24,7 @@ What it adds to the black box:
   lives and restored when the last one is shut down), is reported with the
   place it was raised, so the oracle names property 7 with the traceback;
   threads the IUT starts later (a pool that grows on demand) are watched too;
-- a snapshot of the tables for the leak check (property 5), and a count of
+- a snapshot of the tables for the leak check (properties 4, 5), and a count of
   what the worker posts (for settles): the tables ``asynclookup.conformance.tables``
   found by shape or the user named; with no results queue, a tier call's results
   count as posted once the thread that made it is idle again
