@@ -1,16 +1,27 @@
-"""Benchmark: check-trace throughput and memory, and the recorders' overhead per call.
+"""Benchmark: check-trace throughput and memory, side by side with the previous engine.
 
-Three parts, each a subcommand (``all`` runs them in order):
+Subcommands (``all`` runs generate, engines, jobs and overhead in order):
 
 - ``generate``: writes a long conforming trace by recording the reference in
   stepped mode (so ``worker_steps`` is true) on a loop of scheduler steps over
   16 keys and 4 requests, with cleanups, mark_miss, mark_present and drains,
-  and the worker run after every flush.  ``--vllm`` records the correct
-  vLLM-shaped class from tests/zoo instead (threaded, hidden worker steps).
-- ``check``: runs ``python -m asynclookup.cli check-trace FILE`` in a child process and
-  reports events/s and the child's peak RSS (``resource.getrusage``), for
-  each of the given files, so that traces of growing length show whether
-  memory grows with the trace.
+  the worker run after every flush, and every ``IDLE_EVERY`` steps an idle
+  point (every request cleaned up, results drained, a ``tables`` event of
+  empty tables: a place ``check-trace --jobs`` may cut).  ``--vllm`` records
+  the correct vLLM-shaped class from tests/zoo instead (threaded, in lockstep
+  with its worker, hidden worker steps).  Deterministic but for the worker
+  thread's timing in the vLLM case, which the lockstep pins.
+- ``engines``: for each trace, the check's CPU time (``time.process_time``
+  around ``check_lines``, imports excluded) and peak RSS, in child processes,
+  of the engine at commit ``PREVIOUS`` (extracted with ``git archive`` into a
+  temporary directory; the checkout is untouched) and of this one,
+  alternating, ``--runs`` times each: median events/s, ratio, peak RSS.
+- ``jobs``: one pass and ``asynclookup.trace.split.parallel`` with 2 processes
+  (what ``check-trace --jobs 2`` runs), in child processes, alternating
+  ``--runs`` times: median wall time, and the CPU time of the longest chunk
+  (the wall time when each process has a core of its own).
+- ``check``: ``python -m asynclookup.cli check-trace FILE`` in a child
+  process: events/s and the child's peak RSS, per file.
 - ``overhead``: the cost per call of recording, as CPU time of the calling
   thread (what the scheduler pays), median of ``--runs`` runs of ``--calls``
   calls: a lookup of a resolved key (two events recorded) and an empty flush
@@ -20,7 +31,7 @@ Three parts, each a subcommand (``all`` runs them in order):
 
 Usage (from the repository root)::
 
-    .venv/bin/python bench/trace.py all [--events 1000000] [--dir /tmp/traces]
+    .venv/bin/python bench/trace.py all [--events 1000000] [--dir /tmp/traces] [--runs 3]
 
 This script measures; it asserts nothing.
 """
@@ -28,6 +39,7 @@ This script measures; it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import queue
 import statistics
@@ -44,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from asynclookup.reference.manager import AsyncLookupManager  # noqa: E402
 from asynclookup.reference.tier import InMemoryTier, RequestContext  # noqa: E402
-from asynclookup.reference.trace import TraceWriter, record_trace, record_vllm  # noqa: E402
+from asynclookup.reference.trace import TraceWriter, record_vllm  # noqa: E402
 from tests.zoo.vllm_shaped import BatchEntry, VllmShapedManager  # noqa: E402
 
 KEYS = [b"key-%02d" % i for i in range(16)]
@@ -114,8 +126,28 @@ class _Counting(queue.SimpleQueue[Any]):
             self.owner.posted.notify_all()
 
 
+IDLE_EVERY = 500  # steps between idle points (about 9,500 events)
+
+
+def _idle(manager: Any, writer: TraceWriter, run_worker: bool) -> None:
+    """An idle moment of the engine: every request finished, every result drained; the
+    recorder writes what the tables hold (nothing), a quiescent point to cut at."""
+    manager.flush()
+    if run_worker:
+        manager.worker.run_pending()
+    else:
+        manager.settle()
+    manager.drain_results()
+    for request in REQUESTS:
+        manager.cleanup(request.req_id)
+    writer.write("tables", keys=[], requests=[])
+
+
 def generate(out: Path, events: int, vllm: bool) -> int:
-    """Record a conforming trace of at least ``events`` events; returns the count."""
+    """Record a conforming trace of at least ``events`` events, with an idle point every
+    ``IDLE_EVERY`` steps; returns the count.  Deterministic in the reference's case
+    (stepped); the vLLM-shaped one is threaded, in lockstep, so the same up to the
+    worker thread's name."""
     tier = InMemoryTier()
     for key in KEYS[::3]:
         tier.store(key)
@@ -126,23 +158,22 @@ def generate(out: Path, events: int, vllm: bool) -> int:
             while recorder.writer.events_written < events:
                 _step(manager, i, run_worker=False)
                 i += 1
+                if i % IDLE_EVERY == 0:
+                    _idle(manager, recorder.writer, run_worker=False)
             manager.shutdown()
             return recorder.writer.events_written
-    counted = _Counter()
-    with record_trace(out, tier, mode="stepped", observer=counted) as reference:
+    with TraceWriter(
+        out, recorder="asynclookup reference (observer)", worker_steps=True
+    ) as writer:
+        reference = AsyncLookupManager(tier, mode="stepped", observer=writer.observer)
         i = 0
-        while counted.n < events:
+        while writer.events_written < events:
             _step(reference, i, run_worker=True)
             i += 1
-    return counted.n + 1  # the shutdown
-
-
-class _Counter:
-    def __init__(self) -> None:
-        self.n = 0
-
-    def __call__(self, event: object) -> None:
-        self.n += 1
+            if i % IDLE_EVERY == 0:
+                _idle(reference, writer, run_worker=True)
+        reference.shutdown()
+        return writer.events_written
 
 
 def check(path: Path) -> dict[str, float]:
@@ -161,6 +192,119 @@ def check(path: Path) -> dict[str, float]:
         "events": lines, "seconds": seconds, "events_per_s": lines / seconds,
         "peak_rss_mib": usage.ru_maxrss / 1024, "exit": child.returncode,
     }
+
+
+PREVIOUS = "c45d468"  # the commit whose engine the new one is measured against
+
+# One check in a child process: the engine of the package under ``root``, the CPU time
+# of the check alone (imports excluded), and the child's peak RSS.
+_CHILD = """
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[1])
+from asynclookup.trace.check import check_lines
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+with open(sys.argv[2], "rb") as f:
+    started = time.process_time()
+    outcome = check_lines(f)
+    cpu = time.process_time() - started
+print(json.dumps({"events": outcome.events, "cpu": cpu, "result": outcome.result,
+                  "rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "import_rss_kib": base, "max_states": outcome.max_states}))
+"""
+
+
+def previous_tree(into: Path) -> Path:
+    """The package as it was at ``PREVIOUS``, extracted under ``into`` (git state untouched)."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", PREVIOUS, "asynclookup"],
+        check=True, capture_output=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def _child_check(root: Path, path: Path) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(root), str(path)], cwd=root,
+        check=True, capture_output=True, text=True,
+    )
+    figures: dict[str, Any] = json.loads(done.stdout)
+    return figures
+
+
+def engines(paths: list[Path], runs: int) -> list[str]:
+    """The previous engine and this one on each trace, alternating, ``runs`` times each:
+    median CPU events/s, the ratio, peak RSS; one markdown row per trace."""
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        old_root = previous_tree(Path(d))
+        for path in paths:
+            samples: dict[str, list[dict[str, Any]]] = {"previous": [], "new": []}
+            for _ in range(runs):
+                for name, root in (("previous", old_root), ("new", ROOT)):
+                    samples[name].append(_child_check(root, path))
+            rates = {
+                name: statistics.median(s["events"] / s["cpu"] for s in got)
+                for name, got in samples.items()
+            }
+            peaks = {name: max(s["rss_kib"] for s in got) / 1024 for name, got in samples.items()}
+            base = min(s["import_rss_kib"] for s in samples["new"]) / 1024
+            new = samples["new"][0]
+            results = {s["result"] for got in samples.values() for s in got}
+            rows.append(
+                f"| {path.name} | {new['events']:,} | {rates['previous']:,.0f} | "
+                f"{rates['new']:,.0f} | {rates['new'] / rates['previous']:.1f} | "
+                f"{peaks['previous']:.1f} | {peaks['new']:.1f} ({base:.1f} after imports) | "
+                f"{new['max_states']} | {'/'.join(sorted(results))} |"
+            )
+            print(rows[-1], flush=True)
+    return rows
+
+
+# One check in a child process with N processes: wall seconds, CPU seconds of each chunk.
+_JOBS_CHILD = """
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from asynclookup.trace.check import check_lines
+from asynclookup.trace.split import parallel
+path, n = Path(sys.argv[2]), int(sys.argv[3])
+started, cpu = time.perf_counter(), time.process_time()
+if n == 1:
+    with path.open("rb") as f:
+        outcome, chunks = check_lines(f), 1
+    outcome.chunk_cpu = [time.process_time() - cpu]
+else:
+    outcome, chunks = parallel(path, n)
+print(json.dumps({"wall": time.perf_counter() - started, "chunk_cpu": outcome.chunk_cpu,
+                  "chunks": chunks, "result": outcome.result, "events": outcome.events}))
+"""
+
+
+def jobs(path: Path, runs: int, counts: tuple[int, ...] = (1, 2)) -> list[str]:
+    """One pass and ``parallel(path, N)`` in a child, alternating: median wall time, and the
+    CPU time of the longest chunk (what the wall time is on free cores)."""
+    rows = []
+    got: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
+    for _ in range(runs):
+        for n in counts:
+            done = subprocess.run(
+                [sys.executable, "-c", _JOBS_CHILD, str(ROOT), str(path), str(n)],
+                cwd=ROOT, check=True, capture_output=True, text=True,
+            )
+            got[n].append(json.loads(done.stdout))
+    wall = {n: statistics.median(s["wall"] for s in got[n]) for n in counts}
+    longest = {n: statistics.median(max(s["chunk_cpu"]) for s in got[n]) for n in counts}
+    one = counts[0]
+    for n in counts:
+        sample = got[n][0]
+        rows.append(
+            f"| {path.name} | {n} | {sample['chunks']} | {wall[n]:.1f} | "
+            f"{wall[one] / wall[n]:.2f} | {longest[n]:.1f} | {longest[one] / longest[n]:.2f} | "
+            f"{sample['result']} |"
+        )
+        print(rows[-1], flush=True)
+    return rows
 
 
 def _per_call_ns(call: Any, n: int, runs: int) -> float:
@@ -231,6 +375,17 @@ def overhead(calls: int, runs: int) -> list[str]:
     return rows
 
 
+ENGINES_HEAD = (
+    f"| trace | events | {PREVIOUS} engine (events/s) | this engine (events/s) | ratio | "
+    f"peak RSS {PREVIOUS} (MiB) | peak RSS now (MiB) | max states now | result |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---|"
+)
+JOBS_HEAD = (
+    "| trace | jobs | chunks | wall s (median) | speed-up | CPU s of the longest chunk "
+    "(median) | speed-up on free cores | result |\n|---|---:|---:|---:|---:|---:|---:|---|"
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -243,9 +398,16 @@ def main() -> None:
     o = sub.add_parser("overhead")
     o.add_argument("--calls", type=int, default=20000)
     o.add_argument("--runs", type=int, default=7)
+    e = sub.add_parser("engines", help="the previous engine and this one, side by side")
+    e.add_argument("files", type=Path, nargs="+")
+    e.add_argument("--runs", type=int, default=3)
+    j = sub.add_parser("jobs", help="one pass and 2 processes: wall and CPU time")
+    j.add_argument("file", type=Path)
+    j.add_argument("--runs", type=int, default=3)
     a = sub.add_parser("all")
     a.add_argument("--events", type=int, default=1_000_000)
     a.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "asynclookup-traces")
+    a.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     if args.command == "generate":
         started = time.perf_counter()
@@ -260,6 +422,12 @@ def main() -> None:
             print(f"| {path.name} | {figures['events']:,.0f} | {figures['seconds']:.1f} | "
                   f"{figures['events_per_s']:,.0f} | {figures['peak_rss_mib']:.1f} | "
                   f"{figures['exit']:.0f} |", flush=True)
+    elif args.command == "engines":
+        print(ENGINES_HEAD)
+        engines(args.files, args.runs)
+    elif args.command == "jobs":
+        print(JOBS_HEAD)
+        jobs(args.file, args.runs)
     elif args.command == "overhead":
         print("| recorder | lookup plain (us) | lookup recorded | overhead | "
               "flush plain (us) | flush recorded | overhead |")
@@ -267,13 +435,14 @@ def main() -> None:
         print("\n".join(overhead(args.calls, args.runs)))
     else:
         args.dir.mkdir(parents=True, exist_ok=True)
-        sizes = sorted({args.events // 10, args.events // 3, args.events})
-        for n in sizes:
-            generate(args.dir / f"reference-{n}.jsonl", n, vllm=False)
-        generate(args.dir / f"vllm-{args.events // 10}.jsonl", args.events // 10, vllm=True)
-        files = [args.dir / f"reference-{n}.jsonl" for n in sizes]
-        files.append(args.dir / f"vllm-{args.events // 10}.jsonl")
-        subprocess.run([sys.executable, __file__, "check", *map(str, files)], check=False)
+        reference = args.dir / f"reference-{args.events}.jsonl"
+        vllm = args.dir / f"vllm-{args.events // 10}.jsonl"
+        generate(reference, args.events, vllm=False)
+        generate(vllm, args.events // 10, vllm=True)
+        print(ENGINES_HEAD)
+        engines([reference, vllm], args.runs)
+        print(JOBS_HEAD)
+        jobs(reference, args.runs)
         subprocess.run([sys.executable, __file__, "overhead"], check=False)
 
 

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import json
+import random
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from asynclookup.trace.format import EVENTS, Header, TraceEvent, TraceFormatError, read_trace
+from asynclookup.trace import format as format_module
+from asynclookup.trace.format import (
+    EVENTS,
+    Header,
+    TraceEvent,
+    TraceFormatError,
+    _fast_event,
+    parse_event,
+    read_trace,
+)
 from asynclookup.trace.report import run
 from asynclookup.trace.schema import build_schema, schema_text
 
@@ -186,3 +199,84 @@ def test_format_error_carries_line_and_message() -> None:
     """TraceFormatError keeps the line number and the bare message apart."""
     error = TraceFormatError(7, "not JSON")
     assert (error.line, error.message, str(error)) == (7, "not JSON", "line 7: not JSON")
+
+
+# One valid object of every kind, with its optional fields (what recorders write).
+VALID: list[dict[str, object]] = [
+    {"event": "lookup_called", "key": "6b31", "request": "r1"},
+    {"event": "lookup_returned", "key": "6b31", "request": "r1", "verdict": None},
+    {"event": "lookup_returned", "key": "", "request": "r1", "verdict": True, "error": None},
+    {"event": "flush", "submitted": [["6b31", "r1", 0]], "dropped": []},
+    {"event": "flush"},
+    {"event": "cleanup", "request": "r1"},
+    {"event": "mark_miss", "keys": ["6b31", "6b32"]},
+    {"event": "mark_present", "keys": []},
+    {"event": "drain"},
+    {"event": "shutdown", "joined": True},
+    {"event": "tier_call_started", "keys": ["6b31"], "request": "r1"},
+    {"event": "tier_call_finished", "keys": ["6b31"], "request": "r1", "answers": [True]},
+    {"event": "take_batch", "entries": [["6b31", "r1", 3]]},
+    {"event": "post", "results": [["6b31", 3, False]]},
+    {"event": "result_applied", "key": "6b31", "generation": 3, "verdict": True},
+    {"event": "result_stale", "key": "6b31", "generation": 3},
+    {"event": "result_orphaned", "key": "6b31", "generation": 0},
+    {"event": "worker_died"},
+    {"event": "tables", "keys": [], "requests": ["r1"]},
+]
+FULL_PATH_ONLY = {"error", "failure", "reason", "requests"}  # fields the fast path defers
+ODD_VALUES: list[object] = [
+    None, True, False, 0, -1, 7, 1.5, "", "6b", "6b3", "zz", "r1", [], ["6b31"], [1], [["6b31"]],
+    [["6b31", "r1", -1]], [["6b31", 2, True]], [["6b31", "r1", 2]], {}, {"kind": "short"},
+]
+
+
+def _mutants(rng: random.Random) -> Iterator[dict[str, object]]:
+    for template in VALID:
+        for _ in range(60):
+            obj: dict[str, object] = {"seq": 5, "thread": "t", **copy.deepcopy(template)}
+            for _ in range(rng.randint(0, 2)):
+                name = rng.choice([*obj, "extra", "seq", "thread", "event"])
+                roll = rng.random()
+                if roll < 0.2:
+                    obj.pop(name, None)
+                elif roll < 0.3:
+                    obj["event"] = rng.choice([v["event"] for v in VALID])
+                else:
+                    obj[name] = copy.deepcopy(rng.choice(ODD_VALUES))
+            yield obj
+
+
+def test_fast_parser_accepts_only_what_the_full_parser_accepts() -> None:
+    """On valid objects and random mutants of every kind, the fast path either defers
+    (None) or builds exactly the event ``parse_event`` builds; every valid object but
+    those with a field only the full path reads is taken by the fast path (0.2 s)."""
+    for template in VALID:
+        obj = {"seq": 5, "thread": "t", **template}
+        fast = _fast_event(9, copy.deepcopy(obj))
+        full = parse_event(9, copy.deepcopy(obj))
+        assert fast == full or (fast is None and obj.keys() & FULL_PATH_ONLY), obj
+    deferred = 0
+    for obj in _mutants(random.Random(5)):
+        fast = _fast_event(9, copy.deepcopy(obj))
+        try:
+            judged: TraceEvent | None = parse_event(9, copy.deepcopy(obj))
+        except TraceFormatError:
+            judged = None
+        assert fast is None or fast == judged, obj
+        deferred += fast is None and judged is not None
+    assert deferred > 0  # some valid mutants take the full path: both paths are exercised
+
+
+def test_the_parser_comparison_sees_a_planted_difference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fast path that accepted a verdict the full parser rejects fails the comparison."""
+    obj = {"seq": 5, "thread": "t", "event": "result_applied", "key": "6b", "generation": 1,
+           "verdict": None}
+    monkeypatch.setitem(format_module._HOT, "result_applied", (6, _lenient_applied))
+    with pytest.raises(TraceFormatError):
+        parse_event(9, dict(obj))
+    assert _fast_event(9, dict(obj)) is not None  # so the comparison above would catch it
+
+
+def _lenient_applied(line_no: int, obj: dict[str, Any], seq: int, kind: str, thread: str
+                     ) -> TraceEvent:
+    return TraceEvent(line_no, seq, kind, thread, {"key": b"k", "generation": 1, "verdict": None})

@@ -4,6 +4,10 @@
   the spec action it records), the streaming parser;
 - ``schema``: the JSON Schema derived from that table (``trace.schema.json``);
 - ``check``: a trace streamed through the conformance engine;
+- ``fast``: the engine ``check`` uses by default, the conformance engine's set
+  of possible states stored per key;
+- ``split``: a long trace checked in chunks, in several processes or under a
+  job runner, with the verdict of one pass;
 - ``report``: ``asynclookup check-trace`` and its shrunk excerpt.
 
 It imports the standard library, ``asynclookup.spec`` and

@@ -13,12 +13,20 @@ worker steps are not all recorded) are checked for form only.  The first
 observation that no spec state explains is the violation; property 8 (an
 efficiency property) stops the check too unless efficiency is ``warn``.
 
-Memory does not grow with the trace: one line is held at a time, the engine's
-history is trimmed as it goes, and the engine's per-probe notes are pruned to
-the probes that still exist.  ``TraceChecker`` also remembers the last
-*quiescent* point (the only possible state is the initial one, up to the
-generation counter), from which ``asynclookup.trace.report`` re-reads the file to
-build the shortest excerpt that shows a violation.
+Memory does not grow with the trace: one block of lines is held at a time, the
+engine's history is trimmed as it goes, and the engine's per-probe notes are
+pruned to the probes that still exist.  ``TraceChecker`` also remembers the
+recent *quiescent* points (the only possible state is the initial one, up to
+the generation counter), from which ``asynclookup.trace.report`` re-reads the
+file to build the shortest excerpt that shows a violation.  At a quiescent
+point where the possible states explain exactly what the initial state
+explains (``TraceChecker.quiescent``), the check restarts from a fresh engine:
+what follows is judged independently of what came before, which is what lets
+``asynclookup.trace.split`` check a trace in chunks with the verdict of one pass.
+
+The fast engine (``asynclookup.trace.fast``, the default) gets the hot kinds
+of event as raw values; ``engine="old"`` feeds the conformance engine itself
+(tests/test_trace_engines.py compares the two).
 
 This module judges; it prints nothing (``asynclookup.trace.report`` does).
 """
@@ -27,7 +35,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -87,13 +95,9 @@ class TraceChecker:
     ) -> None:
         self.header = header
         self.efficiency = efficiency
-        hidden = not header.worker_steps
-        self.fast = FastChecker(
-            hidden_worker=hidden, max_states=max_states, tagged_kept=TAGGED_KEPT
-        ) if engine == "fast" else None
-        self.engine: observe.Checker | FastChecker = self.fast or observe.Checker(
-            hidden_worker=hidden, max_states=max_states, tagged_kept=TAGGED_KEPT
-        )
+        self._limits = (max_states, engine)
+        self.fast: FastChecker | None = None
+        self.engine: observe.Checker | FastChecker = self._new_engine()
         self.open_lookups: dict[str, TraceEvent] = {}  # thread -> its lookup_called
         self.open_calls: dict[str, TraceEvent] = {}  # thread -> its tier_call_started
         self.counts: Counter[str] = Counter()
@@ -101,11 +105,30 @@ class TraceChecker:
         self.found: Found | None = None
         self.max_states = 1
         # Recent quiescent points: (line, flush line to replay first or None).  After
-        # such a line the check may restart from INITIAL (after that flush when a
+        # such a line the check restarts from INITIAL (after that flush when a
         # drain is due), so an excerpt can begin there.
         self.anchors: deque[tuple[int, int | None]] = deque(maxlen=ANCHORS_KEPT)
+        self.restarts = 0  # quiescent points the check restarted from
+        self.last_restart = 0  # the line of the last of them
         self._last_flush: int | None = None
         self._fed = 0
+        self._handlers = {
+            "lookup_returned": self._lookup_returned, "tier_call_finished": self._tier_call,
+            "flush": self._flush, "cleanup": self._cleanup, "drain": self._drain,
+            "mark_miss": self._mark_miss, "mark_present": self._mark_present,
+            "take_batch": self._worker_step, "post": self._worker_step,
+        }  # the result_* events never get here (``feed`` decides them first)
+
+    def _new_engine(self) -> observe.Checker | FastChecker:
+        """A fresh engine (at the start, and at each quiescent point)."""
+        max_states, engine = self._limits
+        hidden = not self.header.worker_steps
+        if engine == "fast":
+            self.fast = FastChecker(
+                hidden_worker=hidden, max_states=max_states, tagged_kept=TAGGED_KEPT
+            )
+            return self.fast
+        return observe.Checker(hidden_worker=hidden, max_states=max_states, tagged_kept=TAGGED_KEPT)
 
     def feed(self, event: TraceEvent) -> Found | None:
         """Take one event; return the first blocking violation (then the checker is done).
@@ -115,13 +138,33 @@ class TraceChecker:
         """
         if self.found is not None:
             return self.found
-        self.counts[event.kind] += 1
+        kind = event.kind
+        self.counts[kind] += 1
+        # the commonest lines that no engine sees, decided here: the result_* events (form
+        # only) and the opening halves of the two-line events (when nothing is open)
+        if kind in INTERNAL_EVENTS:
+            return None
+        if kind == "lookup_called" and event.thread not in self.open_lookups:
+            self.open_lookups[event.thread] = event
+            return None
+        if kind == "tier_call_started" and event.thread not in self.open_calls:
+            self.open_calls[event.thread] = event
+            return None
+        fast = self.fast
         warned = len(self.engine.warnings)
+        violation: observe.Violation | bool | None
         try:
-            if self.fast is not None:
-                violation = self._fast_feed(event, self.fast)
-                if violation is False:
-                    return None
+            if fast is not None:
+                handler = self._handlers.get(event.kind)
+                if handler is None or fast.stopped or "error" in event.data:
+                    obs = self._observation(event)  # the one mapping of events to observations
+                    violation = None if obs is None else fast.observe(obs)
+                    if obs is None:
+                        return None
+                else:  # a hot kind: the engine's step with raw values
+                    violation = handler(event, fast)
+                    if violation is False:
+                        return None
             else:
                 obs = self._observation(event)
                 if obs is None:
@@ -215,52 +258,62 @@ class TraceChecker:
         assert action is core.Shutdown, kind
         return observe.ShutdownSeen(error)
 
-    def _fast_feed(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | bool | None:
-        """The fast engine's step for ``event``; False: the event is not fed to an engine.
+    # The hot kinds of the fast engine: the engine's steps called with raw values, after
+    # the same pairing checks as ``_observation``; False: not fed to an engine.
 
-        The hot kinds call the engine's steps with raw values, after the same
-        pairing checks as ``_observation``; the rest go through
-        ``_observation`` (the one mapping of events to observations).
-        """
-        kind, data = event.kind, event.data
-        if kind == "lookup_called" or kind == "tier_call_started":
-            self._observation(event)
-            return False
-        if fast.stopped or data.get("error") is not None or kind not in self._RAW:
-            obs = self._observation(event)
-            return False if obs is None else fast.observe(obs)
-        if kind == "lookup_returned":
-            called = self.open_lookups.get(event.thread)
-            if called is None or called.data["key"] != data["key"] or (
-                called.data["request"] != data["request"]
-            ):
-                self._observation(event)  # raises the pairing error
-            del self.open_lookups[event.thread]
-            return fast.lookup(data["key"], data["request"], data["verdict"])
-        if kind == "tier_call_finished":
-            self._observation(event)  # the pairing check
-            return fast.tier_call(data["keys"], data["request"], _answer(data))
-        if event.thread in self.open_lookups and kind in SCHEDULER_EVENTS:
+    def _lookup_returned(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | None:
+        data = event.data
+        called = self.open_lookups.pop(event.thread, None)
+        if called is None or called.data["key"] != data["key"] or (
+            called.data["request"] != data["request"]
+        ):
+            if called is not None:
+                self.open_lookups[event.thread] = called
             self._observation(event)  # raises the pairing error
-        if kind == "flush":
-            self._last_flush = event.line
-            return fast.flush()
-        if kind == "cleanup":
-            return fast.cleanup(data["request"])
-        if kind == "drain":
-            return fast.drain()
-        if kind == "mark_miss":
-            return fast.mark_miss(data["keys"])
-        if kind == "mark_present":
-            return fast.mark_present(data["keys"])
-        if kind in INTERNAL_EVENTS or not self.header.worker_steps:
-            return False  # result_* events, hidden-mode worker steps: form only
-        return fast.take_batch() if kind == "take_batch" else fast.post()
+        return fast.lookup(data["key"], data["request"], data["verdict"])
 
-    _RAW = frozenset({
-        "lookup_returned", "tier_call_finished", "flush", "cleanup", "drain", "mark_miss",
-        "mark_present", "take_batch", "post", *INTERNAL_EVENTS,
-    })
+    def _tier_call(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | None:
+        data = event.data
+        started = self.open_calls.pop(event.thread, None)
+        if started is None or started.data["keys"] != data["keys"] or (
+            started.data["request"] != data["request"]
+        ):
+            if started is not None:
+                self.open_calls[event.thread] = started
+            self._observation(event)  # raises the pairing error
+        return fast.tier_call(data["keys"], data["request"], _answer(data))
+
+    def _scheduler(self, event: TraceEvent) -> None:
+        if self.open_lookups and event.thread in self.open_lookups:
+            self._observation(event)  # raises the pairing error
+
+    def _flush(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | None:
+        if self.open_lookups:
+            self._scheduler(event)
+        self._last_flush = event.line
+        return fast.flush()
+
+    def _cleanup(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | None:
+        if self.open_lookups:
+            self._scheduler(event)
+        return fast.cleanup(event.data["request"])
+
+    def _drain(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | None:
+        self._scheduler(event)
+        return fast.drain()
+
+    def _mark_miss(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | None:
+        self._scheduler(event)
+        return fast.mark_miss(event.data["keys"])
+
+    def _mark_present(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | None:
+        self._scheduler(event)
+        return fast.mark_present(event.data["keys"])
+
+    def _worker_step(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | bool | None:
+        if not self.header.worker_steps:
+            return False  # hidden-mode worker steps: form only
+        return fast.take_batch() if event.kind == "take_batch" else fast.post()
 
     # -- bookkeeping after an explained observation -------------------------------------
 
@@ -269,19 +322,34 @@ class TraceChecker:
         size = engine.size
         if size > self.max_states:
             self.max_states = size
+        self._fed += 1
+        if self.fast is not None and self.fast.index:
+            pass  # a request is live: no quiescent point (the common case, decided quickly)
         # a quiescent point: the one possible state is INITIAL up to the generation
         # counter and a due drain of nothing
-        if (
+        elif (
             size == 1 and not self.open_lookups and not self.open_calls
             and engine.expects_empty()
         ):
             self.anchors.append((event.line, self._last_flush if self.drain_due() else None))
-        self._fed += 1
+        if (self.fast is None or not self.fast.index) and self.quiescent():
+            if not self.anchors or self.anchors[-1][0] != event.line:
+                self.anchors.append((event.line, None))
+            self._restart(event.line)
+            return
         if self._fed % TRIM_EVERY == 0 and isinstance(engine, observe.Checker):
             del engine.history[:]
         if self._fed % PRUNE_EVERY == 0:
             engine.forget_stale_notes()
 
+    def _restart(self, line: int) -> None:
+        """Start again from a fresh engine: the check from a quiescent point on depends on
+        nothing before it (not the generation counter, not the notes kept for naming
+        a property), so a chunk of the trace that starts there is judged alike."""
+        self.engine = self._new_engine()
+        self._fed = 0
+        self.restarts += 1
+        self.last_restart = line
 
     def drain_due(self) -> bool:
         """Whether the (first) possible state has a drain due."""
@@ -290,14 +358,18 @@ class TraceChecker:
         return self.engine.states[0].drain_due
 
     def quiescent(self) -> bool:
-        """Whether the check stands at a quiescent point: one untagged possible state that
-        holds nothing, no call open (a chunk of the trace may start here)."""
-        engine = self.engine
-        return (
-            engine.size == 1 and not self.open_lookups and not self.open_calls
-            and engine.expects_empty() and self.found is None
-            and not any(self._tags())
-        )
+        """Whether the check stands at a quiescent point, where it restarts from a fresh
+        engine: no call open, and the possible states explain exactly what the initial
+        state explains.  That is one untagged state that holds nothing; or, when the
+        worker's steps are hidden, states that hold no probe, index entry, batch entry,
+        queued or held batch, at least one of them untagged (their results, if any,
+        are all stale: applied to nothing, posted whenever, observed never)."""
+        if self.open_lookups or self.open_calls or self.found is not None:
+            return False
+        if self.fast is not None:
+            return self.fast.restartable()
+        assert isinstance(self.engine, observe.Checker)
+        return _initial_like(self.engine, not self.header.worker_steps)
 
     def _tags(self) -> list[bool]:
         if self.fast is not None:
@@ -305,6 +377,18 @@ class TraceChecker:
         assert isinstance(self.engine, observe.Checker)
         efficient = self.engine.efficient_states()
         return [s not in efficient for s in self.engine.states]
+
+
+def _initial_like(engine: observe.Checker, hidden: bool) -> bool:
+    """``TraceChecker.quiescent`` for the old engine (``FastChecker.restartable``)."""
+    states = engine.tagged_states()
+    if engine.stopped or all(states.values()) or (not hidden and len(states) > 1):
+        return False
+    return all(
+        not (s.probes or s.index or s.batch or s.queue or s.held)
+        and (hidden or not (s.answered or s.posted))
+        for s in states
+    )
 
 
 def _answer(data: dict[str, Any]) -> observe.Answer:
@@ -333,39 +417,76 @@ class Outcome:
     unfinished: int = 0  # lookups and tier calls started but not finished at the end
     seconds: float = 0.0
     anchors: list[tuple[int, int | None]] = field(default_factory=list)
+    restarts: int = 0  # quiescent points the check restarted from
+    stopped_at: int | None = None  # the line after which a chunk's check ended (see check_items)
+    chunk_cpu: list[float] = field(default_factory=list)  # CPU seconds of each chunk's check
 
     @property
     def exit_code(self) -> int:
         return {"conforming": 0, "violation": 1, "malformed": 2}[self.result]
 
 
+PROGRESS_EVERY = 8192  # events between calls of a progress callback
+
+
 def check_lines(
-    lines: Iterable[bytes], *, efficiency: Efficiency = "fail", engine: Engine = "fast"
+    lines: Iterable[bytes], *, efficiency: Efficiency = "fail", engine: Engine = "fast",
+    progress: Callable[[int], None] | None = None,
 ) -> Outcome:
-    """Check a trace given as raw lines; never raises for bad input (it is ``malformed``)."""
+    """Check a trace given as raw lines; never raises for bad input (it is ``malformed``).
+
+    ``progress``: called with the number of events read so far, every
+    ``PROGRESS_EVERY`` events.
+    """
+    return check_items(read_trace(lines), efficiency=efficiency, engine=engine,
+                       progress=progress)
+
+
+def check_items(
+    items: Iterator[Header | TraceEvent], *, header: Header | None = None,
+    efficiency: Efficiency = "fail", engine: Engine = "fast",
+    progress: Callable[[int], None] | None = None, stops: Container[int] = (),
+) -> Outcome:
+    """Check parsed items (a header first unless ``header`` is given: a file's tail).
+
+    ``stops``: lines after which the check ends if it restarted there (a quiescent
+    point: what follows is judged alike by a fresh check); ``Outcome.stopped_at``
+    says where it ended so.
+    """
     started = time.perf_counter()
-    outcome = Outcome("conforming")
-    checker: TraceChecker | None = None
+    outcome = Outcome("conforming", header=header)
+    checker = None if header is None else TraceChecker(
+        header, efficiency=efficiency, engine=engine
+    )
     try:
-        for item in read_trace(lines):
-            if isinstance(item, Header):
-                outcome.header = item
-                checker = TraceChecker(item, efficiency=efficiency, engine=engine)
-                continue
-            assert checker is not None
-            outcome.events += 1
-            if checker.feed(item) is not None:
+        if checker is None:
+            first = next(items, None)
+            if not isinstance(first, Header):  # read_trace yields its header first
+                return outcome
+            outcome.header = first
+            checker = TraceChecker(first, efficiency=efficiency, engine=engine)
+        feed = checker.feed
+        for events, event in enumerate(items, start=1):
+            if feed(event) is not None:  # type: ignore[arg-type]  # events only after it
                 break
+            line = event.line  # type: ignore[union-attr]
+            if line in stops and checker.last_restart == line:
+                outcome.stopped_at = line
+                break
+            if progress is not None and events % PROGRESS_EVERY == 0:
+                progress(events)
     except TraceFormatError as exc:
         outcome.result, outcome.error = "malformed", exc
     if checker is not None:
+        outcome.events = sum(checker.counts.values())
         outcome.counts = dict(checker.counts)
         outcome.warnings = checker.warnings
         outcome.max_states = checker.max_states
         outcome.unfinished = len(checker.open_lookups) + len(checker.open_calls)
+        outcome.anchors = list(checker.anchors)
+        outcome.restarts = checker.restarts
         if checker.found is not None and outcome.error is None:
             outcome.result, outcome.found = "violation", checker.found
-            outcome.anchors = list(checker.anchors)
     outcome.seconds = time.perf_counter() - started
     return outcome
 

@@ -18,11 +18,23 @@ the same tags, factorised:
   the generation counter are per state, as plain tuples.
 
 An event steps only the keys it names.  When one state remains its overlay
-folds into ``base``, so a trace that records the worker's steps costs one dict
-update per key named; where the trace leaves the worker's moves ambiguous
-(hidden ``take_batch``/``post``) the joint search runs over overlays and
-pipelines only, and a key on which every state agrees again moves back to
-``base``.
+folds into ``base`` and the deterministic steps update ``base`` in place, so a
+trace that records the worker's steps costs one dict update per key named;
+where the trace leaves the worker's moves ambiguous (hidden
+``take_batch``/``post``) the joint search runs over overlays and pipelines
+only, and a key on which every state agrees again moves back to ``base``.
+
+One departure from the engine, which never changes a verdict: states equal
+up to their generation numbers are kept once (``_identity``).  No event names
+a generation to the checker and the spec compares generations only for
+equality, drawing new ones above all others, so such states explain the same
+futures; the engine keeps each, and on a trace with hidden worker steps every
+ambiguous drain or ``mark_present`` lets their counters drift apart, so its set
+grows with the trace.  New generations are drawn from the highest counter of
+all the states (``_floor``), so states that branched still agree on the
+generations of later probes, and cheap exact comparison (``_concrete``) finds
+most equal pairs; the full comparison runs once more than ``MERGE_AT`` states
+remain.
 
 The rules are the engine's, applied in the engine's order (lookups with and
 without an early drain, the tagged wasteful cleanup, the closure under hidden
@@ -33,14 +45,15 @@ state explains (so a violation's property and detail are the engine's own),
 the first set whose every state is tagged (the property-8 warning), a call that
 raised, ``shutdown`` and everything after it, a dead worker.  tests/
 test_trace_engines.py steps random traces through both and compares the sets,
-the notes and the verdicts after every event.
+the notes and the verdicts after every event (the states up to generations
+on long runs where the engine keeps duplicates).
 
 It drives no implementation and checks against the spec's own transitions only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeAlias
 
 from asynclookup.conformance import engine as oracle
@@ -51,7 +64,8 @@ from asynclookup.spec.core import Entry, Phase, Probe, Result, State
 PENDING, IN_FLIGHT, RESOLVED = 0, 1, 2
 PHASES = (Phase.PENDING, Phase.IN_FLIGHT, Phase.RESOLVED)
 _CODE = {phase: i for i, phase in enumerate(PHASES)}
-PROMOTE_SLACK = 16  # overlay entries tolerated before agreed keys move back to base
+MERGE_AT = 8  # states beyond which states equal up to generations are merged too
+PROMOTE_SLACK = 4  # overlay entries tolerated beyond the last sweep before agreed keys move to base
 
 P: TypeAlias = tuple[int, int, "bool | None", frozenset[str]]  # generation, phase, verdict, reqs
 Overlay: TypeAlias = dict[bytes, "P | None"]  # None: the state holds no probe of the key
@@ -59,6 +73,7 @@ Overlay: TypeAlias = dict[bytes, "P | None"]  # None: the state holds no probe o
 # Entries are (key, request, generation), results (key, generation, verdict), as in the spec.
 H: TypeAlias = tuple[Overlay, int, tuple[Any, ...], tuple[Any, ...], tuple[Any, ...],
                      tuple[Any, ...], tuple[Any, ...], bool]
+Identity: TypeAlias = Callable[[H], tuple[Any, ...]]
 
 
 class FastChecker:
@@ -80,6 +95,7 @@ class FastChecker:
         self.hyps: list[H] = [({}, 0, (), (), (), (), (), False)]
         self.tags: list[bool] = [False]
         self._promote_at = PROMOTE_SLACK  # overlay size that triggers a promotion sweep
+        self._floor = 0  # the highest next generation of any possible state
         self.violation: oracle.Violation | None = None
         self.warnings: list[oracle.Violation] = []
         self.stopped = False
@@ -106,6 +122,18 @@ class FastChecker:
             if h[2] or h[3] or h[4] or h[5] or h[6] or self._count(h[0]):
                 return False
         return True
+
+    def restartable(self) -> bool:
+        """Whether the set explains exactly what the initial state explains (see
+        ``asynclookup.trace.check.TraceChecker.quiescent``)."""
+        if self.stopped or self.index or all(self.tags):
+            return False
+        if not self.hidden_worker:
+            if len(self.hyps) > 1:
+                return False
+            h = self.hyps[0]
+            return not (h[2] or h[3] or h[4] or h[5] or h[6] or self._count(h[0]))
+        return not any(h[2] or h[3] or h[4] or self._count(h[0]) for h in self.hyps)
 
     def drain_due(self) -> bool:
         """Whether the first possible state has a drain due (for a quiescent anchor)."""
@@ -199,6 +227,25 @@ class FastChecker:
         self, key: bytes, request: str, verdict: object, obs: Any = None
     ) -> oracle.Violation | None:
         """``lookup(key, request)`` returned ``verdict``, with or without an early drain."""
+        h = self._solo()
+        if h is not None and not h[6]:  # one state, nothing posted: no early drain to consider
+            base = self.base
+            p = base.get(key)
+            if p is None and verdict is None:
+                gen = max(h[1], self._floor)
+                base[key] = (gen, PENDING, None, frozenset((request,)))
+                self.hyps[0] = ({}, gen + 1, (*h[2], (key, request, gen)), *h[3:7], False)
+                self._floor = gen + 1
+                self.index.setdefault(request, set()).add(key)
+                return None
+            if p is not None and p[2] is verdict:
+                if request not in p[3]:
+                    base[key] = (p[0], p[1], p[2], p[3] | {request})
+                    self.index.setdefault(request, set()).add(key)
+                if h[7]:
+                    self.hyps[0] = (*h[:7], False)
+                return None
+            # not explained: the general path below finds and names the violation
         self._note_stale_results()
         out: list[tuple[H, bool]] = []
         for h, tag in zip(self.hyps, self.tags, strict=True):
@@ -225,18 +272,38 @@ class FastChecker:
         self.flush_dropped = bool(dropped)
         self.dropped |= dropped
         self.ever_dropped = self.ever_dropped or self.flush_dropped
+        h = self._solo()
+        if h is not None:  # one state: a flush is always enabled, so step it in place
+            base = self.base
+            self._apply_in_place(h[6])
+            submitted = []
+            for entry in h[2]:
+                p = base.get(entry[0])
+                if p is not None and p[0] == entry[2]:
+                    submitted.append(entry)
+                    base[entry[0]] = (p[0], IN_FLIGHT, p[2], p[3])
+            queue = (*h[3], tuple(submitted)) if submitted else h[3]
+            self.hyps[0] = ({}, h[1], (), queue, h[4], h[5], (), True)
+            return None
         out = [(self._flush(h), tag) for h, tag in zip(self.hyps, self.tags, strict=True)]
         return self._commit(out, obs, oracle.FlushSeen)
 
     def drain(self, obs: Any = None) -> oracle.Violation | None:
         """``drain_results()`` returned: apply every posted result."""
         self._note_stale_results()
+        h = self._solo()
+        if h is not None:
+            self._apply_in_place(h[6])
+            self.hyps[0] = ({}, *h[1:6], (), False)
+            return None
         out = [(self._apply_posted(h), tag) for h, tag in zip(self.hyps, self.tags, strict=True)]
         return self._commit(out, obs, oracle.DrainSeen)
 
     def cleanup(self, request: str, obs: Any = None) -> oracle.Violation | None:
         """``cleanup(request)``: the spec's, plus (tagged) one that also deletes orphans."""
         mine = sorted(self.index.get(request, ()))
+        if self._solo() is not None and self._cleanup_in_place(request, mine):
+            return None
         out: list[tuple[H, bool]] = []
         for h, tag in zip(self.hyps, self.tags, strict=True):
             overlay = h[0]
@@ -284,7 +351,7 @@ class FastChecker:
         """``mark_present(keys)``: a new RESOLVED True generation, or forget an orphan."""
         out: list[tuple[H, bool]] = []
         for h, tag in zip(self.hyps, self.tags, strict=True):
-            nxt, gen = dict(h[0]), h[1]
+            nxt, gen = dict(h[0]), max(h[1], self._floor)
             for key in keys:
                 p = self._get(nxt, key)
                 if p is None or p[2] is True:
@@ -299,6 +366,10 @@ class FastChecker:
 
     def take_batch(self, obs: Any = None) -> oracle.Violation | None:
         """The worker took a batch (recorded worker steps)."""
+        h = self._solo()
+        if h is not None and (nxt := _take(h)) is not None:
+            self.hyps[0] = nxt
+            return None
         out = [
             (nxt, tag) for h, tag in zip(self.hyps, self.tags, strict=True)
             if (nxt := _take(h)) is not None
@@ -307,6 +378,10 @@ class FastChecker:
 
     def post(self, obs: Any = None) -> oracle.Violation | None:
         """The worker posted its answered results (recorded worker steps)."""
+        h = self._solo()
+        if h is not None and (nxt := _post(h)) is not None:
+            self.hyps[0] = nxt
+            return None
         out = [
             (nxt, tag) for h, tag in zip(self.hyps, self.tags, strict=True)
             if (nxt := _post(h)) is not None
@@ -317,10 +392,21 @@ class FastChecker:
         self, keys: tuple[bytes, ...], request: str, answer: oracle.Answer, obs: Any = None
     ) -> oracle.Violation | None:
         """A tier call of the worker: the held group of ``request``, per allowed verdict."""
-        out: list[tuple[H, bool]] = []
         wanted = sorted(keys)
         n = len(keys)
         proper = answer.proper(n)
+        h = self._solo()
+        if h is not None and proper:  # one state, one verdict per key: step it in place
+            held = h[4]
+            by_key = {e[0]: e for e in held if e[1] == request}
+            if by_key and sorted(by_key) == wanted and sum(e[1] == request for e in held) == n:
+                results = tuple(
+                    (k, by_key[k][2], v) for k, v in zip(keys, answer.values, strict=True)
+                )
+                rest = tuple(e for e in held if e[1] != request)
+                self.hyps[0] = (h[0], h[1], h[2], h[3], rest, h[5] + results, h[6], h[7])
+                return None
+        out: list[tuple[H, bool]] = []
         candidates = verdict_candidates(answer, n)
         for h, tag in zip(self.hyps, self.tags, strict=True):
             held = h[4]
@@ -361,6 +447,47 @@ class FastChecker:
                     out.append((h, tag))
         return self._commit(out, obs, lambda: oracle.Tables(keys, requests))
 
+    # -- one possible state, stepped in place --------------------------------------------
+
+    def _solo(self) -> H | None:
+        """The one possible state, when there is one and it lives in ``base`` alone (the
+        common case of recorded worker steps): a deterministic step can then update
+        ``base`` in place instead of building a successor."""
+        if len(self.hyps) != 1 or self.hidden_worker or self.stopped:
+            return None
+        h = self.hyps[0]
+        return None if h[0] else h
+
+    def _apply_in_place(self, posted: tuple[Any, ...]) -> None:
+        """``_apply_posted`` on ``base`` itself."""
+        base = self.base
+        for key, generation, verdict in posted:
+            p = base.get(key)
+            if p is None or p[0] != generation:
+                continue
+            if not p[3]:
+                del base[key]
+            else:
+                base[key] = (p[0], RESOLVED, verdict, p[3])
+
+    def _cleanup_in_place(self, request: str, mine: list[bytes]) -> bool:
+        """The spec's cleanup on ``base`` itself, unless it leaves an orphaned IN_FLIGHT probe
+        (then the wasteful variant is possible too: False, nothing done)."""
+        base = self.base
+        for key in mine:
+            p = base[key]
+            if p[1] == IN_FLIGHT and not p[3] - {request}:
+                return False
+        for key in mine:
+            p = base[key]
+            requesters = p[3] - {request}
+            if requesters or p[1] == IN_FLIGHT:
+                base[key] = (p[0], p[1], p[2], requesters)
+            else:
+                del base[key]
+        self.index.pop(request, None)
+        return True
+
     # -- the spec's actions on one possible state ----------------------------------------
 
     def _get(self, overlay: Overlay, key: bytes) -> P | None:
@@ -400,7 +527,7 @@ class FastChecker:
     def _lookup(self, h: H, key: bytes, request: str) -> tuple[H, bool | None]:
         if h[7]:
             h = self._apply_posted(h)
-        overlay, gen, batch = h[0], h[1], h[2]
+        overlay, gen, batch = h[0], max(h[1], self._floor), h[2]
         p = self._get(overlay, key)
         if p is None:
             p = (gen, PENDING, None, frozenset((request,)))
@@ -442,12 +569,23 @@ class FastChecker:
         setdefault: bool = False,
     ) -> oracle.Violation | None:
         """Make ``out`` (successors in the engine's order) the set, or hand over to the engine."""
+        if len(out) == 1 and not self.hidden_worker and (not out[0][1] or all(self.tags)):
+            # the common case of recorded worker steps: one state stays one (no warning due)
+            (h, tag), = out
+            if change is not None:
+                change()
+            self._floor = h[1]
+            if h[0]:
+                self._fold(h[0])
+                h = ({}, *h[1:])
+            self.hyps, self.tags = [h], [tag]
+            return None
         if len(out) > 1 or self.hidden_worker:
-            merged = _merge(out, setdefault)
-            if self.hidden_worker and merged:
-                merged = _close(merged)
-            hyps, tags = list(merged), list(merged.values())
-            pairs = [(merged.hyp(k), t) for k, t in zip(hyps, tags, strict=True)]
+            pairs = self._trim_tagged(self._merge(out, setdefault, _concrete))  # before closing,
+            if self.hidden_worker and pairs:  # as the engine does
+                pairs = self._close(pairs, _concrete)
+            if len(pairs) > MERGE_AT:
+                pairs = self._merge(pairs, False, self._identity)
         else:
             pairs = out
         if not pairs:
@@ -459,9 +597,9 @@ class FastChecker:
             )
         if all(t for _, t in pairs) and not all(self.tags):
             return self._delegate(obs or build())
-        pairs = self._trim_tagged(pairs)
         if change is not None:
             change()  # the index: the same in every state
+        self._floor = max(h[1] for h, _ in pairs)
         if len(pairs) == 1:
             (h, tag), = pairs
             self._fold(h[0])
@@ -488,7 +626,7 @@ class FastChecker:
                 del self.base[k]
             else:
                 self.base[k] = p
-        self._promote_at = 2 * len(first) + PROMOTE_SLACK
+        self._promote_at = len(first) + PROMOTE_SLACK
 
     def _fold(self, overlay: Overlay) -> None:
         base = self.base
@@ -506,6 +644,83 @@ class FastChecker:
         gone = set(tagged[self.tagged_kept:])
         return [pair for i, pair in enumerate(pairs) if i not in gone]
 
+    # -- merging equivalent states -------------------------------------------------------
+
+    def _identity(self, h: H) -> tuple[Any, ...]:
+        """What the future of state ``h`` depends on: its probes without their generations,
+        and for each batch entry and result whether it is of its key's current probe.
+
+        The spec compares generations only for equality and draws new ones from a
+        counter above all of them, and no event of a trace names a generation to
+        the checker, so two states with the same identity explain the same
+        futures: only the first of them is kept (the old engine keeps both).
+        """
+        base, overlay = self.base, h[0]
+        probes: list[tuple[Any, ...]] = []
+        for k, p in overlay.items():
+            b = base.get(k)
+            if p is None:
+                probes.append((k,))
+            elif b is None or p[1] != b[1] or p[2] is not b[2] or p[3] != b[3]:
+                probes.append((k, p[1], p[2], p[3]))
+        fresh = frozenset(probes)
+
+        def live(key: bytes, generation: int) -> bool:
+            p = overlay[key] if key in overlay else base.get(key)
+            return p is not None and p[0] == generation
+
+        batch = tuple((e[0], e[1], live(e[0], e[2])) for e in h[2])
+        queue = tuple(tuple((e[0], e[1], live(e[0], e[2])) for e in b) for b in h[3])
+        held = tuple((e[0], e[1], live(e[0], e[2])) for e in h[4])
+        answered = tuple((r[0], live(r[0], r[1]), r[2]) for r in h[5])
+        posted = tuple((r[0], live(r[0], r[1]), r[2]) for r in h[6])
+        return (fresh, batch, queue, held, answered, posted, h[7])
+
+    def _merge(
+        self, out: Iterable[tuple[H, bool]], setdefault: bool, identity: Identity
+    ) -> list[tuple[H, bool]]:
+        """The engine's ``out[nxt] = out.get(nxt, True) and tagged`` over identities (the
+        first state of an identity stays, in its place; ``setdefault`` for the wasteful
+        cleanup variants, which the engine adds with ``out.setdefault``)."""
+        ids: dict[tuple[Any, ...], int] = {}  # identity -> place in hyps
+        hyps: list[H] = []
+        tags: list[bool] = []
+        for h, tag in out:
+            ident = identity(h)
+            i = ids.get(ident)
+            if i is None:
+                ids[ident] = len(hyps)
+                hyps.append(h)
+                tags.append(tag)
+            elif not (setdefault and tag):
+                tags[i] = tags[i] and tag
+        return list(zip(hyps, tags, strict=True))
+
+    def _close(self, pairs: list[tuple[H, bool]], identity: Identity) -> list[tuple[H, bool]]:
+        """``pairs`` plus every state reachable by hidden take_batch and post (the engine's
+        ``_close``: depth first, an efficient path wins), over identities."""
+        ids = {identity(h): i for i, (h, _) in enumerate(pairs)}
+        hyps = [h for h, _ in pairs]
+        tags = [t for _, t in pairs]
+        frontier = list(pairs)
+        while frontier:
+            h, tag = frontier.pop()
+            for step in (_take, _post):
+                nxt = step(h)
+                if nxt is None:
+                    continue
+                ident = identity(nxt)
+                i = ids.get(ident)
+                if i is None:
+                    ids[ident] = len(hyps)
+                    hyps.append(nxt)
+                    tags.append(tag)
+                    frontier.append((nxt, tag))
+                elif tags[i] and not tag:
+                    tags[i] = tag
+                    frontier.append((nxt, tag))
+        return list(zip(hyps, tags, strict=True))
+
     # -- handing over to the engine --------------------------------------------------------
 
     def _delegate(self, obs: oracle.Observation) -> oracle.Violation | None:
@@ -521,7 +736,7 @@ class FastChecker:
 
     def load(self, old: oracle.Checker) -> None:
         """Take the states, index and notes of an old engine as this checker's own."""
-        pairs = list(old._states.items())  # no public view of the tags
+        pairs = list(old.tagged_states().items())
         first = pairs[0][0]
         self.base = {k: (p.generation, _CODE[p.phase], p.verdict, p.requesters)
                      for k, p in first.probes}
@@ -540,58 +755,26 @@ class FastChecker:
                 state.drain_due,
             ))
             self.tags.append(tag)
-        for name, value in vars(old).items():
-            if name in self.notes():
-                setattr(self, name, value)
+        for name in self.notes():
+            setattr(self, name, getattr(old, name))
 
 
 def seeded_engine(fast: FastChecker) -> oracle.Checker:
-    """An old engine holding exactly ``fast``'s possible states (in order, tagged) and notes.
-
-    The engine has no public way to start from given states, so this sets its
-    state table directly; tests/test_trace_engines.py pins that the two agree.
-    """
+    """An old engine holding exactly ``fast``'s possible states (in order, tagged) and notes."""
     old = oracle.Checker(
         hidden_worker=fast.hidden_worker, max_states=fast.max_states,
         tagged_kept=fast.tagged_kept,
     )
-    old._states = fast.export()
-    old.stopped = fast.stopped
-    for name, value in fast.notes().items():
-        setattr(old, name, value)
+    old.resume(fast.export(), fast.notes(), stopped=fast.stopped)
     return old
 
 
 # -- helpers on possible states --------------------------------------------------------
 
 
-def _identity(h: H) -> tuple[Any, ...]:
-    return (frozenset(h[0].items()), *h[1:])
-
-
-class _Merged(dict[tuple[Any, ...], bool]):
-    """Successors by identity, first occurrence's place kept (the engine's dict order)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.by_id: dict[tuple[Any, ...], H] = {}
-
-    def hyp(self, identity: tuple[Any, ...]) -> H:
-        return self.by_id[identity]
-
-
-def _merge(out: Iterable[tuple[H, bool]], setdefault: bool) -> _Merged:
-    """The engine's ``out[nxt] = out.get(nxt, True) and tagged`` (``setdefault`` for the
-    wasteful cleanup variants, which the engine adds with ``out.setdefault``)."""
-    merged = _Merged()
-    for h, tag in out:
-        ident = _identity(h)
-        if setdefault and tag and ident in merged:
-            continue
-        if ident not in merged:
-            merged.by_id[ident] = h
-        merged[ident] = merged.get(ident, True) and tag
-    return merged
+def _concrete(h: H) -> tuple[Any, ...]:
+    """State ``h`` but its next generation: equal ones explain the same futures."""
+    return (frozenset(h[0].items()), h[2], h[3], h[4], h[5], h[6], h[7])
 
 
 def _take(h: H) -> H | None:
@@ -604,22 +787,3 @@ def _post(h: H) -> H | None:
     if not h[5]:
         return None
     return (h[0], h[1], h[2], h[3], h[4], (), h[6] + h[5], h[7])
-
-
-def _close(merged: _Merged) -> _Merged:
-    """``merged`` plus every state reachable by hidden take_batch and post (the engine's
-    ``_close``: depth first, an efficient path wins)."""
-    frontier = [(merged.by_id[i], t) for i, t in merged.items()]
-    while frontier:
-        h, tag = frontier.pop()
-        for step in (_take, _post):
-            nxt = step(h)
-            if nxt is None:
-                continue
-            ident = _identity(nxt)
-            if ident not in merged or (merged[ident] and not tag):
-                if ident not in merged:
-                    merged.by_id[ident] = nxt
-                merged[ident] = tag
-                frontier.append((nxt, tag))
-    return merged

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import Any, NamedTuple
 
@@ -334,6 +334,11 @@ def parse_header(obj: dict[str, Any]) -> Header:
     return Header(recorder, steps, meta)
 
 
+def read_header(raw: bytes) -> Header:
+    """A file's first line (its bytes) as a ``Header``, or a TraceFormatError for line 1."""
+    return parse_header(_decode(1, raw, not raw.endswith(b"\n")))
+
+
 def parse_event(line_no: int, obj: dict[str, Any]) -> TraceEvent:
     """One event object as a ``TraceEvent``, or the TraceFormatError naming the problem."""
     kind = obj.get("event")
@@ -402,7 +407,7 @@ def read_trace(
     problem.  Holds one block of ``BLOCK`` lines at a time, so a file of any
     length streams.  ``resume=(line, seq)``: the lines are a file's tail that
     starts after ``line``, whose event had ``seq`` (no header is read or
-    yielded), for checking a chunk of a file (not used yet).
+    yielded), for checking a chunk of a file (``asynclookup.trace.split``).
 
     Each block is decoded with one ``json.loads`` and each object validated by
     a fast test of the common shapes; a block that does not decode, or an
@@ -424,27 +429,44 @@ def read_trace(
     block += islice(source, BLOCK - len(block))
     while block:
         ahead = list(islice(source, BLOCK))
-        objs = _decode_block(block, last=not ahead)
-        for i, raw in enumerate(block):
+        objs = _decode_block(block, not ahead)
+        if objs is not None:  # the common case: every line of the block is JSON
+            for obj in objs:
+                line_no += 1
+                event = _fast_event(line_no, obj) if type(obj) is dict else None
+                if event is None:
+                    event = _full_event(line_no, obj)
+                if event.seq <= last_seq:
+                    _out_of_order(line_no, event.seq, last_seq, last_line)
+                last_seq, last_line = event.seq, line_no
+                yield event
+            block = ahead
+            continue
+        for i, raw in enumerate(block):  # line by line, so the first problem is named
             line_no += 1
-            if objs is not None:
-                obj = objs[i]
-            else:
-                obj = _decode(line_no, raw, not ahead and i == len(block) - 1)
+            obj = _decode(line_no, raw, not ahead and i == len(block) - 1)
             event = _fast_event(line_no, obj) if type(obj) is dict else None
             if event is None:
-                if type(obj) is not dict:
-                    raise TraceFormatError(line_no, f"not a JSON object but {_json_type(obj)}")
-                event = parse_event(line_no, obj)
+                event = _full_event(line_no, obj)
             if event.seq <= last_seq:
-                raise TraceFormatError(
-                    line_no,
-                    f"sequence numbers out of order: seq {event.seq} follows seq {last_seq} "
-                    f"(line {last_line}); seq must strictly increase",
-                )
+                _out_of_order(line_no, event.seq, last_seq, last_line)
             last_seq, last_line = event.seq, line_no
             yield event
         block = ahead
+
+
+def _full_event(line_no: int, obj: object) -> TraceEvent:
+    if type(obj) is not dict:
+        raise TraceFormatError(line_no, f"not a JSON object but {_json_type(obj)}")
+    return parse_event(line_no, obj)
+
+
+def _out_of_order(line_no: int, seq: int, last_seq: int, last_line: int) -> None:
+    raise TraceFormatError(
+        line_no,
+        f"sequence numbers out of order: seq {seq} follows seq {last_seq} "
+        f"(line {last_line}); seq must strictly increase",
+    )
 
 
 BLOCK = 2048  # lines decoded by one json.loads
@@ -503,69 +525,157 @@ def _fast_triples(value: object, entries: bool) -> list[tuple[Any, ...]] | None:
                 return None
         elif type(middle) is not int or middle < 0 or type(last) is not bool:
             return None
-        k = _fast_key(key)
+        k = _KEYS.get(key) if type(key) is str else None
         if k is None:
-            return None
+            k = _fast_key(key)
+            if k is None:
+                return None
         out.append((k, middle, last))
     return out
 
 
-_COMMON = frozenset({"seq", "event", "thread"})
-_SHAPES: dict[str, frozenset[str]] = {
-    kind: _COMMON | {f.name for f in fields} for kind, fields in EVENTS.items()
+_BAD = object()  # a value the fast path does not accept
+
+
+def _fast_str(value: object) -> object:
+    return value if type(value) is str else _BAD
+
+
+def _fast_verdict(value: object) -> object:
+    return value if value is None or type(value) is bool else _BAD
+
+
+def _fast_bool(value: object) -> object:
+    return value if type(value) is bool else _BAD
+
+
+def _fast_int(value: object) -> object:
+    return value if type(value) is int and value >= 0 else _BAD
+
+
+def _fast_answers(value: object) -> object:
+    if type(value) is not list or not all(type(v) is bool for v in value):
+        return _BAD
+    return tuple(value)
+
+
+def _fast_entries(value: object) -> object:
+    triples = _fast_triples(value, entries=True)
+    return _BAD if triples is None else triples
+
+
+def _fast_results(value: object) -> object:
+    triples = _fast_triples(value, entries=False)
+    return _BAD if triples is None else triples
+
+
+def _fast_one_key(value: object) -> object:
+    key = _fast_key(value)
+    return _BAD if key is None else key
+
+
+def _fast_many_keys(value: object) -> object:
+    keys = _fast_keys(value)
+    return _BAD if keys is None else keys
+
+
+def _fast_never(value: object) -> object:
+    return _BAD  # error, failure, reason, requests: only the full path judges them
+
+
+_FAST_TYPES = {
+    "key": _fast_one_key, "keys": _fast_many_keys, "str": _fast_str,
+    "verdict": _fast_verdict, "bool": _fast_bool, "int": _fast_int,
+    "answers": _fast_answers, "entries": _fast_entries, "results": _fast_results,
 }
+# kind -> (name, converter, required) of each field, for ``_fast_event``
+_PLANS: dict[str, tuple[tuple[str, Any, bool], ...]] = {
+    kind: tuple((f.name, _FAST_TYPES.get(f.type, _fast_never), f.required) for f in fields)
+    for kind, fields in EVENTS.items()
+}
+_PLANS["result_applied"] = tuple(
+    (name, _fast_bool if name == "verdict" else conv, required)
+    for name, conv, required in _PLANS["result_applied"]
+)
 
 
 def _fast_event(line_no: int, obj: dict[str, Any]) -> TraceEvent | None:
     """``obj`` as an event when it has a common, valid shape; None: let ``parse_event`` judge.
 
-    Accepts only what ``parse_event`` accepts, and builds the same values.
+    Accepts only what ``parse_event`` accepts, and builds the same values
+    (tests/test_trace_format.py compares the two on random objects).
     """
     kind, seq, thread = obj.get("event"), obj.get("seq"), obj.get("thread")
     if type(seq) is not int or seq < 0 or type(thread) is not str or type(kind) is not str:
         return None
-    shape = _SHAPES.get(kind)
-    if shape is None or not obj.keys() <= shape:
+    hot = _HOT.get(kind)
+    if hot is not None and len(obj) == hot[0]:
+        return hot[1](line_no, obj, seq, kind, thread)
+    plan = _PLANS.get(kind)
+    if plan is None:
         return None
     data: dict[str, Any] = {}
-    for name, value in obj.items():
-        if name in _COMMON:
-            continue
-        if name == "key":
-            converted: Any = _fast_key(value)
-        elif name == "keys":
-            converted = _fast_keys(value)
-        elif name == "request":
-            converted = value if type(value) is str else None
-        elif name == "verdict":
-            if value is not None and type(value) is not bool:
-                return None
-            if kind == "result_applied" and value is None:
+    for name, convert, required in plan:
+        if name in obj:
+            value = convert(obj[name])
+            if value is _BAD:
                 return None
             data[name] = value
-            continue
-        elif name == "answers":
-            if type(value) is not list or not all(type(v) is bool for v in value):
-                return None
-            converted = tuple(value)
-        elif name in ("submitted", "dropped", "entries"):
-            converted = _fast_triples(value, entries=True)
-        elif name == "results":
-            converted = _fast_triples(value, entries=False)
-        elif name == "generation":
-            converted = value if type(value) is int and value >= 0 else None
-        else:
-            return None  # error, failure, joined, reason, requests: the full path
-        if converted is None:
+        elif required:
             return None
-        data[name] = converted
-    if len(data) != len(obj) - 3:
-        return None
-    for field in EVENTS[kind]:
-        if field.required and field.name not in data:
-            return None
+    if len(data) + 3 != len(obj):
+        return None  # an unknown field
     if kind == "tier_call_finished":
         answers = data.get("answers")
         if answers is None or len(answers) != len(data["keys"]):
             return None
     return TraceEvent(line_no, seq, kind, thread, data)
+
+
+# The commonest kinds, unrolled: with exactly their required fields (``len(obj)``).
+
+
+def _key_of(value: object) -> bytes | None:
+    if type(value) is not str:
+        return None
+    key = _KEYS.get(value)
+    return _fast_key(value) if key is None else key
+
+
+def _hot_called(line_no: int, obj: dict[str, Any], seq: int, kind: str, thread: str
+                ) -> TraceEvent | None:
+    key, request = _key_of(obj.get("key")), obj.get("request")
+    if key is None or type(request) is not str:
+        return None
+    return TraceEvent(line_no, seq, kind, thread, {"key": key, "request": request})
+
+
+def _hot_returned(line_no: int, obj: dict[str, Any], seq: int, kind: str, thread: str
+                  ) -> TraceEvent | None:
+    key, request, verdict = _key_of(obj.get("key")), obj.get("request"), obj.get("verdict", 0)
+    if key is None or type(request) is not str or (
+        verdict is not None and verdict is not True and verdict is not False
+    ):
+        return None
+    return TraceEvent(
+        line_no, seq, kind, thread, {"key": key, "request": request, "verdict": verdict}
+    )
+
+
+def _hot_applied(line_no: int, obj: dict[str, Any], seq: int, kind: str, thread: str
+                 ) -> TraceEvent | None:
+    key, generation, verdict = _key_of(obj.get("key")), obj.get("generation"), obj.get("verdict")
+    if key is None or type(generation) is not int or generation < 0 or (
+        verdict is not True and verdict is not False
+    ):
+        return None
+    return TraceEvent(
+        line_no, seq, kind, thread, {"key": key, "generation": generation, "verdict": verdict}
+    )
+
+
+_Hot = Callable[[int, dict[str, Any], int, str, str], "TraceEvent | None"]
+_HOT: dict[str, tuple[int, _Hot]] = {
+    "lookup_called": (5, _hot_called), "lookup_returned": (6, _hot_returned),
+    "result_applied": (6, _hot_applied),
+}
