@@ -11,8 +11,22 @@
 
 It imports the standard library, Hypothesis, ``asynclookup.spec`` and, for the
 reference adapter and the oracle's real tiers, ``asynclookup.reference``.
+
+``conformance_test_case`` is imported on first use (PEP 562), so that what
+needs only ``engine`` (the trace checker) does not load Hypothesis.
 """
 
-from asynclookup.conformance.testcase import conformance_test_case
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from asynclookup.conformance.testcase import conformance_test_case
 
 __all__ = ["conformance_test_case"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "conformance_test_case":
+        from asynclookup.conformance.testcase import conformance_test_case
+
+        return conformance_test_case
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

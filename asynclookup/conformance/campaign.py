@@ -35,7 +35,6 @@ import logging
 import multiprocessing.connection
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -51,6 +50,7 @@ from hypothesis.control import current_build_context
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.errors import InvalidArgument
 
+from asynclookup._args import parse_duration, parse_workers
 from asynclookup.conformance.driver import ConformanceError
 from asynclookup.conformance.engine import OracleLimitError
 from asynclookup.conformance.machine import FuzzConfig, Stats, conformance_error_in, run
@@ -60,7 +60,6 @@ REDIS_KEY_PREFIX = b"asynclookup-fuzz:"  # the keys of --db redis://... (HypoFuz
 REPORT_EVERY = 0.2  # seconds between two progress messages of a worker
 STOP_GRACE = 15.0  # seconds a stopped worker has to end before it is killed
 UNBOUNDED = 10**9  # max_examples of a run that only a duration stops
-DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
 
 
 class _Stopped(KeyboardInterrupt):
@@ -93,28 +92,6 @@ def _was_stopped(exc: BaseException) -> bool:
         seen.add(id(found))
         found = found.__cause__ or found.__context__
     return False
-
-
-def parse_workers(text: str) -> int:
-    """``N`` (at least 1) or ``auto`` (the cores this process may use)."""
-    if text == "auto":
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-            os.cpu_count() or 1)
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"want a number of at least 1 or auto, got {text!r}")
-    return int(text)
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``90``, ``90s``, ``10m``, ``1h30m`` or ``1.5h``; ValueError otherwise."""
-    m = DURATION.fullmatch(text.strip())
-    if m is None or not text.strip() or not any(m.groups()):
-        raise ValueError(f"want a time such as 90s, 10m or 1h30m, got {text!r}")
-    hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    if total <= 0:
-        raise ValueError(f"must be longer than 0 s, got {text!r}")
-    return total
 
 
 def open_database(where: str) -> ExampleDatabase:

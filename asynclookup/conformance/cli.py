@@ -24,20 +24,10 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hypothesis.database import ExampleDatabase
-
-from asynclookup._args import integer, positive_int
+from asynclookup._args import integer, parse_duration, parse_workers, positive_int
 from asynclookup.conformance.adapter import FAULT_KINDS, faults_text, parse_faults
-from asynclookup.conformance.campaign import (
-    Campaign,
-    ProgressLine,
-    open_database,
-    parse_duration,
-    parse_workers,
-    run_campaign,
-)
 from asynclookup.conformance.driver import (
     NOT_REPRODUCIBLE,
     Call,
@@ -45,11 +35,15 @@ from asynclookup.conformance.driver import (
     format_counterexample,
 )
 from asynclookup.conformance.engine import Violation
-from asynclookup.conformance.machine import FuzzConfig, Stats
 from asynclookup.conformance.regression import RegressionError, regression_file, unsupported
 from asynclookup.conformance.replay import replay_file
 from asynclookup.conformance.targets import leak_tables, load_target
 from asynclookup.conformance.vllm import PREFIX, impl_spec
+
+if TYPE_CHECKING:  # at run time these load Hypothesis, which only ``fuzz`` needs
+    from hypothesis.database import ExampleDatabase
+
+    from asynclookup.conformance.machine import FuzzConfig, Stats
 
 EXIT_CLEAN, EXIT_VIOLATION, EXIT_USAGE, EXIT_LIMIT = 0, 1, 2, 3
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -140,6 +134,8 @@ def run_fuzz(args: argparse.Namespace) -> int:
     except _BadArgument as exc:
         print(f"asynclookup fuzz: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    from asynclookup.conformance.campaign import Campaign, ProgressLine, run_campaign
+
     line = ProgressLine(sys.stderr) if sys.stderr.isatty() and not args.quiet else None
     examples = args.examples if args.examples is not None else (None if args.duration else 200)
     campaign = Campaign(config, workers=args.workers, examples=examples,
@@ -241,6 +237,8 @@ def _configure(args: argparse.Namespace) -> tuple[FuzzConfig, ExampleDatabase | 
         faults = faults_text(args.faults)
     except ValueError as exc:
         raise _BadArgument(f"--faults: {exc}") from None
+    from asynclookup.conformance.machine import FuzzConfig
+
     config = FuzzConfig(
         target=args.target, mode=args.mode, tier=args.tier, faults=faults,
         strict_efficiency=args.strict_efficiency, redis_url=redis_url,
@@ -250,6 +248,8 @@ def _configure(args: argparse.Namespace) -> tuple[FuzzConfig, ExampleDatabase | 
 
 def _database(where: str | None) -> ExampleDatabase | None:
     """The example database ``--db`` names: a directory, or a Redis server by URL."""
+    from asynclookup.conformance.campaign import open_database
+
     if where is None:
         return None
     if where.startswith(("redis://", "rediss://", "unix://")):
