@@ -71,6 +71,39 @@ def test_json_violation_carries_the_trace(capsys: pytest.CaptureFixture[str]) ->
     ]
 
 
+def test_the_report_says_how_states_were_stored(capsys: pytest.CaptureFixture[str]) -> None:
+    """By default the search is exhaustive, and the report says so, with bytes a state."""
+    code, out, _ = _run(capsys, *TINY)
+    assert code == 0 and "storage: exhaustive (18-byte keys)" in out and "bytes a state" in out
+    assert "HASH COMPACTION" not in out
+
+
+def test_hash_compaction_prints_the_missed_state_bound(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--hash-compaction finds the same 140 states here and prints the n^2/2^65 bound."""
+    code, out, _ = _run(capsys, *TINY, "--hash-compaction")
+    assert code == 0 and "states 140" in out
+    assert "HASH COMPACTION (64-bit fingerprints)" in out
+    assert f"missed at most {140**2 / 2**65:.1e}" in out
+
+
+def test_hash_compaction_still_catches_the_seed_bug(capsys: pytest.CaptureFixture[str]) -> None:
+    """The seed variant under --hash-compaction: exit 1, property 1, the 3-step trace."""
+    code, out, _ = _run(capsys, "--keys", "1", "--requests", "1", "--hash-compaction",
+                        "--variant", "flush-no-revalidate")
+    assert code == 1 and "HASH COMPACTION" in out and "probability that a state" in out
+    assert "property 1 (no cleaned-up entry is submitted)" in out
+    assert "shortest counterexample, 3 steps" in out
+
+
+def test_json_says_how_states_were_stored(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, *TINY, "--json", "--hash-compaction")
+    storage = json.loads(out)["storage"]
+    assert code == 0 and storage["hash_compaction"] is True
+    assert storage["missed_state_bound"] == 140**2 / 2**65 and storage["bytes_per_state"] > 0
+
+
 def test_state_limit_exits_3_incomplete(capsys: pytest.CaptureFixture[str]) -> None:
     """A search stopped by --max-states exits 3 and says it is incomplete."""
     code, out, _ = _run(capsys, "--keys", "2", "--requests", "1", "--max-states", "500")
@@ -115,6 +148,14 @@ def test_dot_writes_the_reachable_graph(
     text = target.read_text()
     assert code == 0 and text.startswith("digraph")
     assert text.count("[label=\"probes") == 154 and "lookup(k0, A)" in text
+
+
+def test_dot_refuses_hash_compaction(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A drawing needs every state: --dot with --hash-compaction exits 2 with one line."""
+    target = tmp_path / "graph.dot"
+    code, out, err = _run(capsys, *TINY, "--hash-compaction", "--dot", str(target))
+    assert code == 2 and out == "" and not target.exists()
+    assert len(err.strip().splitlines()) == 1 and "--hash-compaction" in err
 
 
 def test_dot_refuses_a_large_graph(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import random
+import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import replace
 
 import pytest
 
+from asynclookup.modelcheck import _canon, _memo, _visited
 from asynclookup.modelcheck import report as _report
 from asynclookup.modelcheck._canon import Reductions, Space
 from asynclookup.modelcheck._memo import Memo, changed_fields, track
@@ -304,9 +310,171 @@ def test_memo_reuses_a_result_when_read_fields_agree() -> None:
     assert (memo.hits, memo.misses) == (1, 1)
 
 
+def test_a_full_memo_computes_directly_and_keeps_nothing_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past Memo.LIMIT results a miss is computed directly: same answers, no new entry."""
+    monkeypatch.setattr(Memo, "LIMIT", 1)
+    memo = Memo(lambda s: s.drain_due)
+    assert memo(_ids(), lambda: INITIAL) is False
+    assert memo(_ids(drain_due=1), lambda: INITIAL._replace(drain_due=True)) is True
+    assert memo.stored == 1 and memo(_ids(), lambda: pytest.fail("rebuilt")) is False
+    assert memo(_ids(drain_due=1), lambda: INITIAL._replace(drain_due=True)) is True
+    assert memo.misses == 3
+
+
 def test_memo_recomputes_when_a_read_field_differs() -> None:
     """A state that differs in a field the function read is computed afresh."""
     memo = Memo(lambda s: s.drain_due)
     memo(_ids(), lambda: INITIAL)
     assert memo(_ids(drain_due=1), lambda: INITIAL._replace(drain_due=True)) is True
     assert memo.misses == 2
+
+
+# -- storage and kernels: compiled and pure Python agree, keys widen, fingerprints ----------
+
+compiled_only = pytest.mark.skipif(
+    _visited.kernel is None, reason="the compiled kernel is not built (pure-Python run)"
+)
+
+
+def test_the_compiled_kernel_is_built_unless_turned_off() -> None:
+    """``pip install`` (the README's ``make test``) builds the kernel where a C compiler is;
+    ASYNCLOOKUP_PURE_PYTHON=1 is the one way to run without it."""
+    if os.environ.get("ASYNCLOOKUP_PURE_PYTHON"):
+        assert _visited.kernel is None and _visited.IMPLEMENTATION == "pure-python"
+    else:
+        assert _visited.kernel is not None and _visited.IMPLEMENTATION == "compiled"
+
+
+@compiled_only
+@pytest.mark.parametrize("compact", [False, True])
+def test_compiled_and_pure_tables_number_keys_alike(compact: bool) -> None:
+    """Same keys in, same indices, found keys and stored bytes out (3,000 keys; ~0.1 s)."""
+    assert _visited.kernel is not None
+    rnd = random.Random(7)
+    for width in (1, 7, 8, 9, 18):
+        keys = [bytes(rnd.randrange(3) for _ in range(width)) for _ in range(600)]
+        c, p = _visited.kernel.Table(width, compact), _visited.PyTable(width, compact)
+        assert [c.add(k) for k in keys] == [p.add(k) for k in keys]
+        assert [c.find(k) for k in keys] == [p.find(k) for k in keys]
+        assert len(c) == len(p) and [c.key(i) for i in range(len(c))] == [
+            p.key(i) for i in range(len(p))]
+        assert all(_visited.kernel.fingerprint(k) == _visited.fingerprint(k) for k in keys)
+
+
+@compiled_only
+def test_compiled_packing_is_the_structs() -> None:
+    """add_ids packs ids as the Space's struct does, and refuses an id that does not fit."""
+    assert _visited.kernel is not None
+    layout = _canon.NARROW
+    c = _visited.kernel.Table(sum(layout), False, layout)
+    ids = (1, 2, 3, 65535, 5, 6, 7, 8, 1, 0)
+    assert c.add_ids(ids) == (-1, _canon.packer_of(layout).pack(*ids))
+    assert c.find_ids(ids) == 0
+    with pytest.raises(OverflowError):
+        c.add_ids((65536, 2, 3, 4, 5, 6, 7, 8, 1, 0))
+
+
+@compiled_only
+def test_compiled_canonical_is_the_least_renaming() -> None:
+    """The compiled canonical form is min(zip(*orbits)) on every state of a search's graph."""
+    space = Space((b"k0", b"k1"), ("A",), Reductions())
+    states = check(SMALL_2K, keep_graph=True).states_list
+    assert states is not None and len(states) > 50
+    for state in states:
+        ids = space.ids_of(state)
+        slow = min(zip(*space.orbits(ids), strict=True))
+        assert space.quick is not None and space.quick(ids) in (None, slow)
+        assert space.canonical(ids) == slow
+
+
+def test_memo_lookup_moves_the_pattern_that_hits_up() -> None:
+    """memo_find (pure and compiled) returns the first pattern's result and moves it up."""
+    finds = [_memo.memo_find] + ([_visited.kernel.memo_find] if _visited.kernel else [])
+    for find in finds:
+        by_first: dict[object, str] = {(1,): "first"}
+        by_both: dict[object, str] = {(1, 2): "both"}
+        patterns: list[object] = [
+            (lambda ids: (ids[0] + 10,), {}, (0,)),
+            (lambda ids: (ids[0],), by_first, (0,)),
+            (lambda ids: (ids[0], ids[1]), by_both, (0, 1)),
+        ]
+        assert find(patterns, (1, 2), None) == "first"
+        assert patterns[0][1] is by_first  # type: ignore[index]
+        assert find(patterns, (5, 5), "missing") == "missing"
+
+
+def test_pure_python_kernel_gives_the_same_search() -> None:
+    """With ASYNCLOOKUP_PURE_PYTHON=1 (a fresh process, ~3 s) the searches of 1x2 and 2x1
+    give the same counts as the compiled kernel, and the seed bug is still found."""
+    code = (
+        "import json\n"
+        "from asynclookup.modelcheck.search import Bounds, check\n"
+        "from asynclookup.spec.variants import VARIANTS\n"
+        "out = [(r.visited_impl, r.states, r.transitions, r.depth, r.holds) for r in "
+        "(check(Bounds(1, 2)), check(Bounds(2, 1)))]\n"
+        "v = check(Bounds(1, 1), VARIANTS['flush-no-revalidate'].table).violation\n"
+        "print(json.dumps([out, v.property, len(v.trace)]))\n"
+    )
+    env = {**os.environ, "ASYNCLOOKUP_PURE_PYTHON": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    pure, prop, steps = json.loads(done.stdout)
+    here = [[r.visited_impl, r.states, r.transitions, r.depth, r.holds]
+            for r in (check(Bounds(1, 2)), check(Bounds(2, 1)))]
+    assert [p[0] for p in pure] == ["pure-python"] * 2
+    assert [p[1:] for p in pure] == [h[1:] for h in here]
+    v = check(Bounds(1, 1), VARIANTS["flush-no-revalidate"].table).violation
+    assert v is not None and (prop, steps) == (v.property, len(v.trace))
+
+
+def test_keys_widen_when_an_id_outgrows_the_narrow_layout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A field id too big for the narrow key restarts the search with 32-byte keys:
+    same states and transitions (1-byte fields forced; 5,000 states, ~1 s)."""
+    bounds = Bounds(keys=2, requests=2)
+    narrow = check(bounds, max_states=5000)
+    monkeypatch.setattr(_canon, "NARROW", bytes((1,) * 10))
+    wide = check(bounds, max_states=5000)
+    assert narrow.key_bytes == 18 and wide.key_bytes == 32
+    assert (wide.states, wide.transitions) == (narrow.states, narrow.transitions)
+
+
+def test_stored_bytes_per_state_are_measured() -> None:
+    """The search reports what it stored per state: visited set, parents, edges, flags."""
+    r = check(Bounds(keys=2, requests=1))
+    assert r.visited_bytes > 0 and r.search_bytes > 0
+    assert r.bytes_per_state == (r.visited_bytes + r.search_bytes) / r.states
+
+
+# -- hash compaction: opt-in, and it still catches the bugs ----------------------------
+
+
+def test_hash_compaction_visits_the_same_states_here() -> None:
+    """With 64-bit fingerprints, 2x1 (21,749 states) has no collision: the same search."""
+    full, compact = check(Bounds(2, 1)), check(Bounds(2, 1), hash_compaction=True)
+    assert compact.hash_compaction and not full.hash_compaction
+    assert (compact.states, compact.transitions, compact.depth, compact.holds) == (
+        full.states, full.transitions, full.depth, full.holds)
+    assert full.missed_state_bound is None
+    assert compact.missed_state_bound == compact.states**2 / 2**65
+
+
+@pytest.mark.parametrize("name", ["flush-no-revalidate", "drain-no-generation-check",
+                                  "worker-never-posts"])
+def test_hash_compaction_catches_broken_variants(name: str) -> None:
+    """A broken variant is caught with fingerprints, same property and trace as exhaustive."""
+    bounds = SMALL if name == "worker-never-posts" else Bounds(keys=1, requests=1)
+    table = VARIANTS[name].table
+    full, compact = check(bounds, table), check(bounds, table, hash_compaction=True)
+    assert full.violation is not None and compact.violation is not None
+    assert compact.violation.property == full.violation.property
+    assert compact.violation.trace == full.violation.trace
+
+
+def test_hash_compaction_cannot_keep_a_graph() -> None:
+    with pytest.raises(ValueError, match="hash compaction"):
+        check(SMALL, keep_graph=True, hash_compaction=True)

@@ -38,12 +38,15 @@ unreduced searches agree.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
+from asynclookup.modelcheck._visited import kernel
 from asynclookup.spec.core import Entry, Probe, Result, State
 
 STALE = -1
@@ -54,9 +57,38 @@ GEN_FIELDS = frozenset((P_PROBES, P_NEXT, P_BATCH, P_QUEUE, P_HELD, P_ANSWERED, 
 _ENTRY_FIELDS = (P_BATCH, P_QUEUE, P_HELD, P_ANSWERED, P_POSTED)
 
 Ids = tuple[int, ...]
-# One packed key per visited state: 4 bytes per field id, 2 for the counter's
-# (at most one live generation per key, plus the counter), 1 for each flag.
-_PACKED = struct.Struct("=IIHIIIIIBB")
+# One packed key per visited state, little-endian: 2 bytes per field id and 1
+# for each flag (18 bytes), or, once an id has outgrown that (``wide``), 4 bytes
+# per field id, 2 for the counter's (at most one live generation per key, plus
+# the counter) and 1 for each flag (32 bytes).
+NARROW = bytes((2, 2, 2, 2, 2, 2, 2, 2, 1, 1))
+WIDE = bytes((4, 4, 2, 4, 4, 4, 4, 4, 1, 1))
+_CODES = {1: "B", 2: "H", 4: "I"}
+
+
+@functools.cache
+def picks_of(fields: tuple[int, ...]) -> tuple[int, ...]:
+    """Where each field of a step's target comes from in ``ids + new``, for a step
+    that set ``fields`` to the ids in ``new``: ``f`` unchanged, else ``N_FIELDS + k``."""
+    picks = list(range(N_FIELDS))
+    for k, f in enumerate(fields):
+        picks[f] = N_FIELDS + k
+    return tuple(picks)
+
+
+@functools.cache
+def _getter(picks: tuple[int, ...]) -> Callable[[Ids], Ids]:
+    return itemgetter(*picks)
+
+
+def apply_picks(ids: Ids, new: Ids, picks: tuple[int, ...]) -> Ids:
+    """The target of a step from ``ids`` (see ``picks_of``): one C call for the fields."""
+    return _getter(picks)(ids + new)
+
+
+def packer_of(layout: bytes) -> struct.Struct:
+    """The struct that packs field ids by ``layout`` (bytes per field)."""
+    return struct.Struct("<" + "".join(_CODES[n] for n in layout))
 
 
 @dataclass(frozen=True)
@@ -96,9 +128,11 @@ class Space:
         keys: Sequence[bytes],
         requests: Sequence[str],
         reductions: Reductions,
+        wide: bool = False,
     ) -> None:
         self.reductions = reductions
-        self.packer = _PACKED  # the search calls its pack and unpack directly
+        self.layout = WIDE if wide else NARROW
+        self.packer = packer_of(self.layout)  # the search calls its pack and unpack directly
         self._collapse = reductions.collapse_stale
         self._inert = reductions.collapse_stale and reductions.inert_stale
         key_perms = list(itertools.permutations(keys)) if reductions.key_symmetry else [keys]
@@ -122,6 +156,11 @@ class Space:
             {} if f not in GEN_FIELDS else None for f in range(N_FIELDS)
         ]
         self._orbits: list[list[dict[int, tuple[int, ...]]]] = []
+        # The compiled canonical(ids): min(zip(*orbits)) when every orbit table it
+        # needs is filled (else None), for the stale-collapsed signatures it knows.
+        self.quick: Callable[[Ids], Ids | None] | None = None
+        if kernel is not None and self._collapse:
+            self.quick = functools.partial(kernel.canonical, self._sig, self._orbits)
         self._permuters: list[Callable[[Any, dict[bytes, bytes], dict[str, str]], Any]] = [
             _perm_probes, _perm_index, _same, _perm_entries, _perm_queue,
             _perm_entries, self._perm_results, self._perm_results, _same, _same,
@@ -154,17 +193,27 @@ class Space:
     # -- packed keys ---------------------------------------------------------------
 
     def pack(self, ids: Ids) -> bytes:
-        """``ids`` as one 32-byte key (what the visited set stores)."""
-        return _PACKED.pack(*ids)
+        """``ids`` as one key of ``layout`` (what the visited set stores); an id
+        too big for it raises ``struct.error`` (the search then starts again wide)."""
+        return self.packer.pack(*ids)
 
     def unpack(self, key: bytes) -> Ids:
         """The ids that ``pack`` made ``key`` of."""
-        return _PACKED.unpack(key)
+        return self.packer.unpack(key)
 
     # -- canonical form ----------------------------------------------------------
 
+    def tables(self) -> tuple[dict[tuple[int, ...], int], list[list[dict[int, tuple[int, ...]]]]]:
+        """The signature and orbit tables that the compiled canonical form reads (they
+        fill in place as the Python one meets new values); valid with stale collapse."""
+        return self._sig, self._orbits
+
     def canonical(self, ids: Ids) -> Ids:
         """The canonical ids of the state with raw field ids ``ids``."""
+        if self.quick is not None:
+            found = self.quick(ids)
+            if found is not None:
+                return found
         return min(zip(*self.orbits(ids), strict=True))
 
     def canonical_of(self, state: State) -> Ids:

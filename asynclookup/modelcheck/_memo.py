@@ -30,6 +30,7 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import Any, Generic, TypeVar
 
+from asynclookup.modelcheck._visited import kernel
 from asynclookup.spec.core import State
 
 FIELDS: tuple[str, ...] = State._fields
@@ -132,68 +133,151 @@ class Memo(Generic[R]):
     ``fn`` receives a tracked state and must return plain data (no Tracked
     values); ``ids`` identifies the input, one id per field, equal ids meaning
     equal values.  A function whose results are seldom reused (it reads
-    nearly every field) is soon called directly, without tracking.
+    nearly every field) is soon called directly, without tracking, unless
+    ``always``: the search memoises every action family so, since an action's
+    outcome (apply, step properties, interning) costs far more than a lookup,
+    and its first calls, on a cold memo, say little of its later hit rate.  The
+    lookup is ``memo_find`` (compiled in ``asynclookup.modelcheck._cvisited``
+    when built, else the loop below, which does the same).  At most ``LIMIT``
+    results are kept (the first ones): past that a miss is computed directly,
+    so that a function with many distinct inputs (flush) does not grow
+    without bound.
     """
 
-    __slots__ = ("_decided", "_fn", "_patterns", "_reads", "direct", "hits", "misses")
+    __slots__ = ("_decided", "_fn", "_patterns", "direct", "hits", "misses", "stored")
 
     TRIAL = 4096  # calls before deciding whether memoising pays
     WORTH = 0.5  # the hit rate below which it does not
+    LIMIT = 50_000  # results kept: past it, a miss is computed directly and not kept
 
-    def __init__(self, fn: Callable[[State], R]) -> None:
+    def __init__(self, fn: Callable[[State], R], always: bool = False) -> None:
         self._fn = fn
-        self._patterns: list[tuple[Callable[[tuple[int, ...]], Any], dict[Any, R]]] = []
-        self._reads: list[tuple[int, ...]] = []
+        # (getter of the read fields' ids, their results, the read field indices)
+        self._patterns: list[tuple[Callable[[tuple[int, ...]], Any], dict[Any, R],
+                                   tuple[int, ...]]] = []
         self.direct = False
-        self._decided = False
+        self._decided = always  # ``always``: memoise whatever the hit rate
         self.hits = 0
         self.misses = 0
+        self.stored = 0
 
     def __call__(self, ids: tuple[int, ...], build: Callable[[], State]) -> R:
         """``fn`` of the state with field ids ``ids``; ``build`` makes it on a miss."""
         if self.direct:
             return self._fn(build())
-        patterns = self._patterns
-        for n, (getter, table) in enumerate(patterns):
-            result = table.get(getter(ids), _MISS)
-            if result is not _MISS:
-                self.hits += 1
-                if n:  # move the pattern one place up: the most used come first
-                    patterns[n - 1], patterns[n] = patterns[n], patterns[n - 1]
-                    reads = self._reads
-                    reads[n - 1], reads[n] = reads[n], reads[n - 1]
-                return result  # type: ignore[no-any-return]
+        result = _memo_find(self._patterns, ids, _MISS)
+        if result is not _MISS:
+            self.hits += 1
+            return result  # type: ignore[no-any-return]
         return self._miss(ids, build)
 
     def _miss(self, ids: tuple[int, ...], build: Callable[[], State]) -> R:
         self.misses += 1
-        calls = self.hits + self.misses
-        if calls >= self.TRIAL and not self._decided:
-            self._decided = True
-            if self.hits < self.WORTH * calls:
-                self.direct = True
-                self._patterns.clear()
-                return self._fn(build())
+        if self.hits + self.misses >= self.TRIAL and not self._decided and self.decide():
+            return self._fn(build())
+        if self.stored >= self.LIMIT:  # full: the memory is worth more than this result
+            return self._fn(build())
+        self.stored += 1
         tracked, log = track(build())
         result = self._fn(tracked)
         reads = tuple(sorted(log))
-        if reads in self._reads:
-            getter, table = self._patterns[self._reads.index(reads)]
+        known = [p for p in self._patterns if p[2] == reads]
+        if known:
+            getter, table, _ = known[0]
         else:
             getter = itemgetter(*reads) if reads else _constant
             table = {}
-            self._reads.append(reads)
-            self._patterns.append((getter, table))
+            self._patterns.append((getter, table, reads))
         table[getter(ids)] = result
         return result
+
+    def decide(self) -> bool:
+        """Decide, on the hit rate so far, whether memoising pays; True if it does not
+        (the function is called directly from now on)."""
+        self._decided = True
+        if self.hits < self.WORTH * (self.hits + self.misses):
+            self.direct = True
+            self._patterns.clear()
+        return self.direct
+
+    def compute(self, ids: tuple[int, ...], build: Callable[[], State]) -> R:
+        """``fn`` of the state after a lookup missed: a call, and memoised if memoising."""
+        return self._fn(build()) if self.direct else self._miss(ids, build)
 
     @property
     def patterns(self) -> list[tuple[int, ...]]:
         """The distinct read sets seen so far (field indices)."""
-        return list(self._reads)
+        return [reads for _, _, reads in self._patterns]
+
+
+class MemoGroup:
+    """Several memos of one input looked up at once (one compiled call when built).
+
+    ``group(ids, build)`` is ``[memo(ids, build) for memo in memos]``, the
+    missing ones computed in order.  For its first ``Memo.TRIAL`` calls each
+    memo is called as itself; then every memo decides whether memoising pays
+    (``Memo.decide``), and from then on a hit of the group lookup no longer
+    counts in ``Memo.hits``.
+    """
+
+    __slots__ = ("_calls", "_lists", "_ready", "memos")
+
+    def __init__(self, memos: list[Memo[Any]]) -> None:
+        self.memos = memos
+        self._lists = [m._patterns for m in memos]  # the same lists: they change in place
+        self._ready = False
+        self._calls = 0
+
+    def _warm(self) -> None:
+        self._calls += 1
+        if self._calls >= Memo.TRIAL:
+            for memo in self.memos:
+                if not memo._decided:
+                    memo.decide()
+            self._ready = True
+
+    def __call__(self, ids: tuple[int, ...], build: Callable[[], State]) -> list[Any]:
+        if not self._ready:
+            self._warm()
+            return [m(ids, build) for m in self.memos]
+        results: list[Any] = _memo_each(self._lists, ids, _MISS)
+        if _MISS in results:
+            for k, result in enumerate(results):
+                if result is _MISS:
+                    results[k] = self.memos[k].compute(ids, build)
+        return results
+
+    def lookup(self, ids: tuple[int, ...]) -> list[Any]:
+        """Each memo's stored result for ``ids``, or ``MISS`` (every one, until the
+        memos have decided): the caller calls the memos that missed, as it needs them."""
+        if not self._ready:
+            self._warm()
+            return [MISS] * len(self.memos)
+        return _memo_each(self._lists, ids, MISS)
+
+
+def memo_find(patterns: list[Any], ids: tuple[int, ...], missing: Any) -> Any:
+    """The first result for ``ids`` in ``patterns`` ((getter, table, ...) each,
+    looked up under ``getter(ids)``), moving the pattern that has it one place
+    up so that the most used come first; ``missing`` if none has it."""
+    for n, pattern in enumerate(patterns):
+        result = pattern[1].get(pattern[0](ids), _MISS)
+        if result is not _MISS:
+            if n:
+                patterns[n - 1], patterns[n] = pattern, patterns[n - 1]
+            return result
+    return missing
+
+
+def memo_each(pattern_lists: list[list[Any]], ids: tuple[int, ...], missing: Any) -> list[Any]:
+    """``memo_find`` for each list of patterns."""
+    return [memo_find(patterns, ids, missing) for patterns in pattern_lists]
 
 
 _MISS: Any = object()
+MISS: Any = _MISS  # what a lookup gives for an input it has no result for
+_memo_find = kernel.memo_find if kernel is not None else memo_find
+_memo_each = kernel.memo_each if kernel is not None else memo_each
 
 
 def _constant(ids: tuple[int, ...]) -> tuple[()]:

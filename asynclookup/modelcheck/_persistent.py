@@ -50,10 +50,10 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from asynclookup.modelcheck._canon import P_ANSWERED, P_HELD, Ids
+from asynclookup.modelcheck._canon import P_ANSWERED, P_HELD, Ids, apply_picks
 
-# (action number, new field ids, patch, broken step properties): see search.Outcome.
-Outcome = tuple[int, Ids, Callable[[Ids], Ids] | None, tuple[str, ...]]
+# (action number, new field ids, picks, broken step properties): see search.Outcome.
+Outcome = tuple[int, Ids, tuple[int, ...] | None, tuple[str, ...]]
 Outcomes = tuple[Outcome, ...]
 
 
@@ -77,12 +77,12 @@ class ProbeFirst:
         outcomes = self._probe(ids, build)
         if not outcomes:
             return None
-        for _, new, patch, bad in outcomes:
+        for _, new, picks, bad in outcomes:
             if bad:
                 continue  # the search reports this step as a violation
-            if patch is None:
+            if picks is None:
                 return None  # a probe step that changes nothing: not the protocol's
-            after = patch(ids + new)
+            after = apply_picks(ids, new, picks)
             if not self.moves_pairs(ids[P_HELD], after[P_HELD], after[P_ANSWERED]):
                 return None
         return (outcomes,)

@@ -155,6 +155,7 @@ def text(result: CheckResult, variant: str | None, peak_mb: float) -> str:
         f"states {result.states:,}  transitions {result.transitions:,}  depth {result.depth}  "
         f"fixpoint {'reached' if result.fixpoint else 'NOT reached'}  "
         f"{result.seconds:.1f} s ({rate:,.0f} states/s)  peak memory {peak_mb:,.0f} MB",
+        _storage_line(result),
         "sometimes: " + ", ".join(
             f"{name} {'reached' if hit else 'NOT reached'}"
             for name, hit in result.sometimes.items()
@@ -171,6 +172,16 @@ def text(result: CheckResult, variant: str | None, peak_mb: float) -> str:
     else:
         lines.append("verdict: INCOMPLETE (a limit stopped the search); no violation found so far")
     return "\n".join(lines)
+
+
+def _storage_line(result: CheckResult) -> str:
+    """How the states were stored: exhaustively or by fingerprint, bytes a state, kernel."""
+    kept = f"{result.bytes_per_state:.0f} bytes a state, {result.visited_impl} kernel"
+    if result.missed_state_bound is None:
+        return f"storage: exhaustive ({result.key_bytes}-byte keys), {kept}"
+    return (f"storage: HASH COMPACTION (64-bit fingerprints), {kept}; probability that a "
+            f"state was missed at most {result.missed_state_bound:.1e} "
+            f"(n^2/2^65, n = {result.states:,} states)")
 
 
 def _research_lines(result: CheckResult) -> list[str]:
@@ -226,6 +237,13 @@ def as_json(result: CheckResult, variant: str | None, peak_mb: float) -> dict[st
         "sometimes": result.sometimes,
         "stuck_states": result.stuck,
         "research_states": result.research_states,
+        "storage": {
+            "hash_compaction": result.hash_compaction,
+            "missed_state_bound": result.missed_state_bound,
+            "bytes_per_state": round(result.bytes_per_state, 1),
+            "key_bytes": result.key_bytes,
+            "kernel": result.visited_impl,
+        },
         "shortest": result.shortest,
         "violation": None,
     }
