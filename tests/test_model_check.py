@@ -377,6 +377,38 @@ def test_compiled_packing_is_the_structs() -> None:
 
 
 @compiled_only
+def test_compiled_kernel_survives_misuse() -> None:
+    """Calls that used to read freed or unowned memory raise or behave instead (~1 ms):
+    last_key of a table without a layout (its width past the 256-byte buffer), a Table
+    never initialised, a failed re-init, and memo getters that empty the pattern lists."""
+    kernel = _visited.kernel
+    assert kernel is not None
+    with pytest.raises(TypeError):
+        kernel.Table(4000).last_key()
+    with pytest.raises(RuntimeError):
+        kernel.Table.__new__(kernel.Table).find(b"")
+    table = kernel.Table(3, False, b"\x01\x01\x01")
+    with pytest.raises(ValueError):
+        table.__init__(3, False, b"\x02\x09")
+    assert table.add_ids((1, 1, 1)) == (-1, b"\x01\x01\x01")  # the old layout still packs
+
+    patterns: list[object] = []
+    lists: list[list[object]] = []
+
+    def emptying(ids: tuple[int, ...]) -> tuple[int, ...]:
+        patterns.clear()
+        lists.clear()
+        return ids
+
+    # The pattern tuples and their dicts are held by the lists alone.
+    patterns += [(tuple, {}), (emptying, {(1,): "hit"})]  # a miss, then a hit
+    assert kernel.memo_find(patterns, (1,), None) == "hit" and patterns == []
+    lists += [[(emptying, {})], [(emptying, {})]]
+    with pytest.raises(RuntimeError):
+        kernel.memo_each(lists, (1,), None)
+
+
+@compiled_only
 def test_compiled_canonical_is_the_least_renaming() -> None:
     """The compiled canonical form is min(zip(*orbits)) on every state of a search's graph."""
     space = Space((b"k0", b"k1"), ("A",), Reductions())

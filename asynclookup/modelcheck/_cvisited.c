@@ -121,16 +121,19 @@ static int Table_init(Table *self, PyObject *args, PyObject *kwds) {
             PyErr_SetString(PyExc_ValueError, "a field is 1 to 8 bytes");
             return -1;
         }
-        self->sizes[f] = size;
         total += size;
     }
     if (nfields && total != width) {
         PyErr_SetString(PyExc_ValueError, "the layout's sizes do not add up to width");
         return -1;
     }
+    /* Only a valid layout changes the table (a failed re-init keeps the old one). */
+    memcpy(self->sizes, layout, (size_t)nfields);
     self->nfields = nfields;
     PyMem_Free(self->keys);
     PyMem_Free(self->slots);
+    self->keys = NULL;
+    self->slots = NULL;
     self->width = width;
     self->compact = compact;
     self->stored = compact ? 8 : width;
@@ -140,7 +143,21 @@ static int Table_init(Table *self, PyObject *args, PyObject *kwds) {
     self->mask = 2047;
     self->slots = PyMem_Calloc(self->mask + 1, sizeof(uint32_t));
     if (self->keys == NULL || self->slots == NULL) {
+        PyMem_Free(self->keys);
+        PyMem_Free(self->slots);
+        self->keys = NULL;
+        self->slots = NULL;
         PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* 0 if the table's buffers are there, else -1 with an exception set (Table.__new__
+ * without __init__, or an __init__ that ran out of memory). */
+static int check_ready(const Table *t) {
+    if (t->keys == NULL || t->slots == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the Table was not initialised");
         return -1;
     }
     return 0;
@@ -200,7 +217,7 @@ static Py_ssize_t add_key(Table *t, const unsigned char *key) {
     if (found) {
         return (Py_ssize_t)t->slots[s] - 1;
     }
-    if (t->count >= (Py_ssize_t)UINT32_MAX - 1) {
+    if ((uint64_t)t->count >= (uint64_t)UINT32_MAX - 1) { /* not (Py_ssize_t): -2 on 32-bit */
         PyErr_SetString(PyExc_MemoryError, "too many states for one table");
         return PY_SSIZE_T_MIN;
     }
@@ -226,7 +243,7 @@ static Py_ssize_t add_key(Table *t, const unsigned char *key) {
 static const unsigned char *key_of_bytes(const Table *t, PyObject *key) {
     char *data;
     Py_ssize_t size;
-    if (PyBytes_AsStringAndSize(key, &data, &size) < 0) {
+    if (check_ready(t) < 0 || PyBytes_AsStringAndSize(key, &data, &size) < 0) {
         return NULL;
     }
     if (size != t->width) {
@@ -274,6 +291,9 @@ static int pack_values(const Table *t, PyObject *const *vals, unsigned char *buf
 }
 
 static int pack_ids(const Table *t, PyObject *ids, unsigned char *buf) {
+    if (check_ready(t) < 0) {
+        return -1;
+    }
     if (t->nfields == 0) {
         PyErr_SetString(PyExc_TypeError, "this table has no layout");
         return -1;
@@ -523,6 +543,9 @@ static PyObject *Table_reach(Table *self, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_TypeError, "reach(ids: tuple, new: tuple, picks: tuple)");
         return NULL;
     }
+    if (check_ready(self) < 0) {
+        return NULL;
+    }
     Py_ssize_t n = self->nfields, k = PyTuple_GET_SIZE(args[1]);
     if (n == 0 || PyTuple_GET_SIZE(args[0]) != n || PyTuple_GET_SIZE(args[2]) != n) {
         PyErr_SetString(PyExc_ValueError, "ids and picks have one item per field");
@@ -568,6 +591,10 @@ static PyObject *Table_reach(Table *self, PyObject *const *args, Py_ssize_t narg
 
 static PyObject *Table_last_key(Table *self, PyObject *unused) {
     (void)unused;
+    if (self->nfields == 0) { /* last holds 8 * MAX_FIELDS bytes; width may be more */
+        PyErr_SetString(PyExc_TypeError, "this table has no layout");
+        return NULL;
+    }
     return PyBytes_FromStringAndSize((const char *)self->last, self->width);
 }
 
@@ -588,21 +615,29 @@ static PyObject *py_memo_find(PyObject *module, PyObject *const *args, Py_ssize_
             PyErr_SetString(PyExc_TypeError, "a pattern is (getter, dict, ...)");
             return NULL;
         }
+        /* The getter (and the key's __eq__) may run Python code that changes
+         * the list: hold pattern, and swap only if it is still at k. */
+        Py_INCREF(pattern);
         PyObject *key = PyObject_CallOneArg(PyTuple_GET_ITEM(pattern, 0), args[1]);
         if (key == NULL) {
+            Py_DECREF(pattern);
             return NULL;
         }
         PyObject *found = PyDict_GetItemWithError(PyTuple_GET_ITEM(pattern, 1), key);
+        Py_XINCREF(found);
         Py_DECREF(key);
         if (found != NULL) {
-            Py_INCREF(found);
-            if (k > 0) { /* swap with the one above: the most used come first */
+            if (k > 0 && k < PyList_GET_SIZE(patterns) &&
+                PyList_GET_ITEM(patterns, k) == pattern) {
+                /* swap with the one above: the most used come first */
                 PyObject *above = PyList_GET_ITEM(patterns, k - 1);
                 PyList_SET_ITEM(patterns, k - 1, pattern);
                 PyList_SET_ITEM(patterns, k, above);
             }
+            Py_DECREF(pattern);
             return found;
         }
+        Py_DECREF(pattern);
         if (PyErr_Occurred()) {
             return NULL;
         }
@@ -624,8 +659,15 @@ static PyObject *py_memo_each(PyObject *module, PyObject *const *args, Py_ssize_
         return NULL;
     }
     for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *call[3] = {PyList_GET_ITEM(args[0], k), args[1], args[2]};
+        if (k >= PyList_GET_SIZE(args[0])) { /* a getter shortened it */
+            PyErr_SetString(PyExc_RuntimeError, "memo_each: the list changed size");
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *patterns = Py_NewRef(PyList_GET_ITEM(args[0], k));
+        PyObject *call[3] = {patterns, args[1], args[2]};
         PyObject *found = py_memo_find(module, call, 3);
+        Py_DECREF(patterns);
         if (found == NULL) {
             Py_DECREF(out);
             return NULL;
