@@ -8,7 +8,7 @@ HYPOFUZZ_VENV ?= .venv-hypofuzz
 
 .PHONY: install hypofuzz-env fuzz test lint typecheck crosshair bench clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml asynclookup/modelcheck/_cvisited.c  # the C kernel is built at install
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
