@@ -164,5 +164,8 @@ def test_hypofuzz_finds_the_seed_bug_and_a_plain_run_replays_it(
     tail = "\n".join((tmp_path / "hypofuzz.log").read_text().splitlines()[-30:])
     assert key is not None, f"HypoFuzz saved no failure in {HYPOFUZZ_DEADLINE:.0f} s:\n{tail}"
     report = _replays_at_once(capsys, url, SEEDED_BUG)
-    assert report["violation"]["property"] == 1  # type: ignore[index]
+    # HypoFuzz's example is its own: on some the seed bug first shows as a held-up post
+    # (property 6) rather than the stale entry's submission (1), as on one seed in
+    # docs/benchmarks.md's kill table; either way it is the saved failure, replayed
+    assert report["violation"]["property"] in (1, 6)  # type: ignore[index]
     assert report["examples"] in (1, 2), report  # the replayed example (and the fresh one)
