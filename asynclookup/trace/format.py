@@ -160,12 +160,14 @@ def _key(value: object) -> bytes | None:
     return None
 
 
-def _keys(value: object) -> tuple[bytes, ...] | None:
+def _keys(
+    value: object, key_of: Callable[[object], bytes | None] = _key,
+) -> tuple[bytes, ...] | None:
     if type(value) is not list:
         return None
     out = []
     for item in value:
-        key = _key(item)
+        key = key_of(item)
         if key is None:
             return None
         out.append(key)
@@ -500,18 +502,6 @@ def _fast_key(value: object) -> bytes | None:
     return key
 
 
-def _fast_keys(value: object) -> tuple[bytes, ...] | None:
-    if type(value) is not list:
-        return None
-    out = []
-    for item in value:
-        key = _fast_key(item)
-        if key is None:
-            return None
-        out.append(key)
-    return tuple(out)
-
-
 def _fast_triples(value: object, entries: bool) -> list[tuple[Any, ...]] | None:
     if type(value) is not list:
         return None
@@ -575,7 +565,7 @@ def _fast_one_key(value: object) -> object:
 
 
 def _fast_many_keys(value: object) -> object:
-    keys = _fast_keys(value)
+    keys = _keys(value, _fast_key)
     return _BAD if keys is None else keys
 
 
