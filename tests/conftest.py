@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,3 +53,21 @@ def fresh_redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Iterator[Path]:
+    """A directory outside the project, importable for the test's duration."""
+    sys.path.insert(0, str(tmp_path))
+    try:
+        yield tmp_path
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+def write_module(where: Path, name: str, source: str) -> str:
+    """Write ``source`` as module ``name`` in ``where`` (an ``outside`` directory), forget
+    any module of that name imported before, and return the name."""
+    (where / f"{name}.py").write_text(source)
+    sys.modules.pop(name, None)
+    return name

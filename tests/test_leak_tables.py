@@ -12,9 +12,7 @@ oracle's Python API and ``asynclookup fuzz --impl`` in-process, bounded.
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from asynclookup.conformance.driver import ConformanceError
 from asynclookup.conformance.tables import Table
 from asynclookup.conformance.testcase import first_violation
 from asynclookup.conformance.vllm import impl_spec, tables_used
+from tests.conftest import write_module
 
 OWN = "tests.shapes.own_names:OwnNames"
 LEAKY = "tests.shapes.own_names:OwnNamesKeepsIndex"
@@ -62,22 +61,6 @@ NESTED = textwrap.dedent('''
     class BookkeptKeepsIndex(Bookkept):
         cleanup = OwnNamesKeepsIndex.cleanup
 ''')
-
-
-@pytest.fixture
-def outside(tmp_path: Path) -> Iterator[Path]:
-    """A directory outside the project, importable for the test's duration."""
-    sys.path.insert(0, str(tmp_path))
-    try:
-        yield tmp_path
-    finally:
-        sys.path.remove(str(tmp_path))
-
-
-def _module(where: Path, name: str, source: str) -> str:
-    (where / f"{name}.py").write_text(source)
-    sys.modules.pop(name, None)
-    return name
 
 
 def _fuzz(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str]:
@@ -202,7 +185,7 @@ def test_malformed_tables_exit_2(capsys: pytest.CaptureFixture[str], tables: str
 def test_tables_kept_one_level_down_are_found(outside: Path) -> None:
     """Tables on an attribute object (self._book.states) are found by shape by path, and a
     leak of the request index there is property 4."""
-    module = _module(outside, "user_bookkept", NESTED)
+    module = write_module(outside, "user_bookkept", NESTED)
     used = tables_used(f"{module}:Bookkept")
     assert [t.path for t in used.tables] == ["_book.states", "_book.by_request", "_book.pending"]
     error = _kill(f"{module}:BookkeptKeepsIndex")

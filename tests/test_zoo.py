@@ -10,11 +10,9 @@ class passes with every fault and strict efficiency.  Classes written to
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 import unittest
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from asynclookup.conformance.driver import ConformanceError, Driver
 from asynclookup.conformance.replay import shrink
 from asynclookup.conformance.testcase import conformance_test_case, first_violation
 from asynclookup.conformance.vllm import impl_factory
+from tests.conftest import write_module
 from tests.zoo.mutants import MUTANTS
 
 # Threaded runs do not replay exactly (the worker's timing steers the machine's
@@ -125,22 +124,6 @@ NO_SHUTDOWN = textwrap.dedent('''
 ''')
 
 
-@pytest.fixture
-def outside(tmp_path: Path) -> Iterator[Path]:
-    """A directory outside the project, importable for the test's duration."""
-    sys.path.insert(0, str(tmp_path))
-    try:
-        yield tmp_path
-    finally:
-        sys.path.remove(str(tmp_path))
-
-
-def _module(where: Path, name: str, source: str) -> str:
-    (where / f"{name}.py").write_text(source)
-    sys.modules.pop(name, None)
-    return name
-
-
 def _fuzz(capsys: pytest.CaptureFixture[str], impl: str, *options: str) -> tuple[int, Any]:
     code = main(["fuzz", "--impl", impl, "--json", *options])
     out = capsys.readouterr().out
@@ -196,7 +179,7 @@ def test_correct_class_passes_all_faults_strict(capsys: pytest.CaptureFixture[st
 
 def test_outside_class_with_shipped_bug_is_killed(outside: Path) -> None:
     """A class in a file outside the project with the seed's bug is killed on property 1."""
-    module = _module(outside, "user_manager_shipped", OUTSIDE)
+    module = write_module(outside, "user_manager_shipped", OUTSIDE)
     error = _kill(f"{module}:ShippedManager")
     assert error is not None
     assert error.violation.number == 1
@@ -204,7 +187,7 @@ def test_outside_class_with_shipped_bug_is_killed(outside: Path) -> None:
 
 def test_outside_class_fixed_passes(outside: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The same outside class with the fix passes with every fault."""
-    module = _module(outside, "user_manager_fixed", OUTSIDE)
+    module = write_module(outside, "user_manager_fixed", OUTSIDE)
     code, result = _fuzz(capsys, f"{module}:FixedManager", "--seed", "0", "--examples", "100")
     assert code == 0, result["violation"]
 
@@ -221,7 +204,7 @@ def test_shape_misfit_names_what_is_missing(
     outside: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """--impl naming a class without shutdown exits 2 with one line naming shutdown."""
-    module = _module(outside, "user_no_shutdown", NO_SHUTDOWN)
+    module = write_module(outside, "user_no_shutdown", NO_SHUTDOWN)
     code = main(["fuzz", "--impl", f"{module}:NoShutdown"])
     err = capsys.readouterr().err
     assert code == 2
@@ -232,7 +215,7 @@ def test_calls_a_class_lacks_are_not_generated(
     outside: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A class without mark_miss and mark_present passes: neither is ever called on it."""
-    module = _module(outside, "user_no_marks", NO_MARKS)
+    module = write_module(outside, "user_no_marks", NO_MARKS)
     code, result = _fuzz(capsys, f"{module}:NoMarks", "--seed", "0", "--examples", "60")
     assert code == 0, result["violation"]
     assert result["not_generated"] == ["after_shutdown", "mark_miss", "mark_present"]
@@ -241,7 +224,7 @@ def test_calls_a_class_lacks_are_not_generated(
 
 def test_calls_not_generated_are_said(outside: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The text output names the calls a class lacks, and calls after shutdown()."""
-    module = _module(outside, "user_no_marks_said", NO_MARKS)
+    module = write_module(outside, "user_no_marks_said", NO_MARKS)
     main(["fuzz", "--impl", f"{module}:NoMarks", "--seed", "0", "--examples", "3"])
     out = capsys.readouterr().out
     assert "not generated: mark_miss, mark_present, calls after shutdown()" in out
@@ -271,7 +254,7 @@ def test_no_call_after_shutdown_is_generated(monkeypatch: pytest.MonkeyPatch) ->
 def test_leak_check_off_is_said(outside: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A class with no table that holds a looked-up key is reported with the leak check
     off, and the line says why and which option would turn it on."""
-    module = _module(outside, "user_bare", NO_TABLES)
+    module = write_module(outside, "user_bare", NO_TABLES)
     main(["fuzz", "--impl", f"{module}:Bare", "--seed", "0", "--examples", "1"])
     assert (
         "leak check (properties 4, 5): OFF (no attribute of the class holds the looked-up key "
@@ -281,7 +264,7 @@ def test_leak_check_off_is_said(outside: Path, capsys: pytest.CaptureFixture[str
 
 def test_iut_exception_is_property_7_with_its_place(outside: Path) -> None:
     """An exception raised by an IUT method is property 7, and the report says where."""
-    module = _module(outside, "user_raising", RAISES)
+    module = write_module(outside, "user_raising", RAISES)
     driver = Driver(impl_factory(f"{module}:RaisingManager"), mode="threaded")
     try:
         with pytest.raises(ConformanceError) as found:
@@ -294,7 +277,7 @@ def test_iut_exception_is_property_7_with_its_place(outside: Path) -> None:
 
 def test_tier_call_that_never_comes_is_a_finding(outside: Path) -> None:
     """A worker that takes a batch and never calls the tier is found by the bounded wait."""
-    module = _module(outside, "user_silent", SILENT)
+    module = write_module(outside, "user_silent", SILENT)
     driver = Driver(impl_factory(f"{module}:SilentWorker"), mode="threaded")
     driver.lookup(b"k0", "A")
     driver.flush()
