@@ -7,9 +7,9 @@ reference implementation keeps its own builtin-based errors.
 """
 
 from asynclookup._args import UsageError
-from asynclookup.conformance.adapter import TierFault
 from asynclookup.conformance.driver import ConformanceError
-from asynclookup.conformance.engine import OracleLimitError
+from asynclookup.conformance.targets.adapter import TierFault
+from asynclookup.observe.engine import OracleLimitError
 from asynclookup.spec.errors import AsyncLookupError, ProtocolError
 from asynclookup.trace.check import CheckLimitError
 from asynclookup.trace.format import TraceFormatError

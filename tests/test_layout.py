@@ -17,13 +17,17 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "asynclookup.spec": (),
     "asynclookup.reference": ("redis",),
     "asynclookup.modelcheck": ("asynclookup.spec", "asynclookup._args"),
+    "asynclookup.observe": ("asynclookup.spec",),
     "asynclookup.conformance": (
-        "asynclookup.spec", "asynclookup.reference", "asynclookup._args", "hypothesis", "redis",
+        "asynclookup.spec", "asynclookup.observe", "asynclookup.reference", "asynclookup._args",
+        "hypothesis", "redis",
     ),
-    "asynclookup.trace": ("asynclookup.spec", "asynclookup.conformance", "asynclookup._args"),
+    "asynclookup.trace": ("asynclookup.spec", "asynclookup.observe", "asynclookup._args"),
     "asynclookup._args": ("asynclookup.spec",),
 }
-TOOLS_ABOVE = ("asynclookup.modelcheck", "asynclookup.conformance", "asynclookup.trace")
+TOOLS_ABOVE = (
+    "asynclookup.modelcheck", "asynclookup.observe", "asynclookup.conformance", "asynclookup.trace",
+)
 
 
 def _modules(root: Path = PACKAGE, package: str = "asynclookup") -> Iterator[tuple[str, Path]]:
@@ -136,3 +140,18 @@ def test_checkers_never_import_each_others_internals_upward() -> None:
     for module, imported in GRAPH.items():
         if _part(module) == "asynclookup.modelcheck":
             assert not {t for t in imported if _part(t) in TOOLS_ABOVE[1:]}, module
+
+
+def test_the_trace_checker_judges_with_the_engine_not_the_oracle() -> None:
+    """trace/ imports observe/ and the spec, never conformance/: the engine is not the oracle's."""
+    parts = {_part(t) for m, got in GRAPH.items() if _part(m) == "asynclookup.trace" for t in got}
+    assert "asynclookup.observe" in parts
+    assert "asynclookup.conformance" not in parts
+
+
+def test_the_engine_imports_only_the_spec() -> None:
+    """observe/ imports the spec and the standard library only: it drives nothing."""
+    for module, imported in GRAPH.items():
+        if _part(module) == "asynclookup.observe":
+            parts = {_part(t) for t in imported if not _is_stdlib(t)}
+            assert parts <= {"asynclookup.observe", "asynclookup.spec"}, (module, parts)

@@ -20,9 +20,9 @@ import pytest
 
 from asynclookup.cli import main
 from asynclookup.conformance.driver import ConformanceError
-from asynclookup.conformance.tables import Table
+from asynclookup.conformance.targets.tables import Table
+from asynclookup.conformance.targets.vllm import impl_spec, tables_used
 from asynclookup.conformance.testcase import first_violation
-from asynclookup.conformance.vllm import impl_spec, tables_used
 from tests.conftest import write_module
 
 OWN = "tests.shapes.own_names:OwnNames"

@@ -1,4 +1,4 @@
-"""The oracle's tier and the reference adapter (asynclookup.conformance.adapter).
+"""The oracle's tier and the reference adapter (asynclookup.conformance.targets.adapter).
 
 The tier must deliver exactly the fault each plan describes and record what it
 answered; threaded calls must block until the oracle answers; the adapter must
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from asynclookup.conformance.adapter import OracleTier, Plan, ReferenceAdapter, TierFault
-from asynclookup.conformance.observations import Answer
-from asynclookup.conformance.targets import load_target
+from asynclookup.conformance.targets.adapter import OracleTier, Plan, ReferenceAdapter, TierFault
+from asynclookup.conformance.targets.load import load_target
+from asynclookup.observe.observations import Answer
 from asynclookup.reference.tier import RequestContext
 
 KEYS = [b"k0", b"k1", b"k2"]

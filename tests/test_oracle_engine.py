@@ -1,4 +1,4 @@
-"""The observation checker (asynclookup.conformance.engine) on hand-written observation sequences.
+"""The observation checker (asynclookup.observe.engine) on hand-written observation sequences.
 
 Each test feeds a few observations, as an implementation under test would
 produce them, and pins whether the checker accepts them and, when it does not,
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from asynclookup.conformance.engine import (
+from asynclookup.observe.engine import (
     CLOSED,
     Answer,
     Checker,

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from asynclookup.conformance.adapter import Plan
 from asynclookup.conformance.driver import ConformanceError
 from asynclookup.conformance.replay import _drops_a_settle, open_replay
-from asynclookup.conformance.vllm import tables_used
+from asynclookup.conformance.targets.adapter import Plan
+from asynclookup.conformance.targets.vllm import tables_used
 from tests.outside.condition_style import ConditionManager, Job
 
 CONDITION = "tests.outside.condition_style"
@@ -65,7 +65,7 @@ def test_no_results_queue_is_found_for_a_dict_of_results() -> None:
 def test_settle_waits_for_a_post_into_a_dict(value: Any) -> None:
     """The settle waits until the worker is idle, so the coerced non-bool is seen (7), and
     the correct class answers False after the same calls."""
-    from asynclookup.conformance.adapter import JUNK
+    from asynclookup.conformance.targets.adapter import JUNK
 
     plan = Plan("junk", (False,), JUNK.index(value))
     error, _ = _run(f"{CONDITION}:NonBoolCoerced", plan)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, settings
 
-from asynclookup.conformance.adapter import Plan
 from asynclookup.conformance.driver import ConformanceError, Driver
 from asynclookup.conformance.machine import FuzzConfig, machine_class, run
+from asynclookup.conformance.targets.adapter import Plan
 from tests.redis_server import RedisServer
 
 TestReferenceStepped = machine_class(FuzzConfig()).TestCase
@@ -68,7 +68,7 @@ def test_a_returning_call_after_shutdown_is_reported() -> None:
             if not self.closed:
                 super().flush()
 
-    from asynclookup.conformance.adapter import ReferenceAdapter
+    from asynclookup.conformance.targets.adapter import ReferenceAdapter
 
     driver = Driver(lambda tier, mode: ReferenceAdapter(ForgivingAfterShutdown, tier, mode))
     driver.shutdown()

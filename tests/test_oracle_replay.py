@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from asynclookup.conformance.adapter import Plan
 from asynclookup.conformance.driver import ConformanceError, Driver
 from asynclookup.conformance.replay import replay, replay_file, shrink
-from asynclookup.conformance.vllm import impl_factory
+from asynclookup.conformance.targets.adapter import Plan
+from asynclookup.conformance.targets.vllm import impl_factory
 from tests.zoo.vllm_shaped import ResultEntry, VllmShapedManager
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -30,13 +30,13 @@ import pytest
 from packaging.requirements import Requirement
 
 from asynclookup import cli
-from asynclookup.conformance import adapter
-from asynclookup.conformance._regression_harness import oracle_code
-from asynclookup.conformance._regression_paths import memory_answer
-from asynclookup.conformance.adapter import Plan
-from asynclookup.conformance.regression import RegressionError, regression_file, unsupported
+from asynclookup.conformance.regression._harness import oracle_code
+from asynclookup.conformance.regression._paths import memory_answer
+from asynclookup.conformance.regression.writer import RegressionError, regression_file, unsupported
 from asynclookup.conformance.replay import replay
-from asynclookup.conformance.vllm import PREFIX, impl_spec
+from asynclookup.conformance.targets import adapter
+from asynclookup.conformance.targets.adapter import Plan
+from asynclookup.conformance.targets.vllm import PREFIX, impl_spec
 from tests.doc_examples import ExampleError, run_file
 from tests.regression_pairs import BUGGY, FIXED, PAIRS, Pair
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from asynclookup.conformance.engine import Checker
+from asynclookup.observe.engine import Checker
 from asynclookup.trace.check import TRIM_EVERY, TraceChecker, check_lines
 from asynclookup.trace.format import Header, TraceEvent, read_trace
 from asynclookup.trace.report import run

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from asynclookup.conformance import engine as oracle
+from asynclookup.observe import engine as oracle
+from asynclookup.observe.fast import FastChecker
 from asynclookup.spec import core
 from asynclookup.spec.core import State
 from asynclookup.trace.check import TraceChecker, check_lines
-from asynclookup.trace.fast import FastChecker
 
 TRACES = Path(__file__).parent / "traces"
 KEYS = (b"a", b"b", b"c")

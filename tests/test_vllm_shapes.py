@@ -19,12 +19,12 @@ import pytest
 from hypothesis.errors import FlakyStrategyDefinition
 
 from asynclookup.cli import main
-from asynclookup.conformance.adapter import Plan
 from asynclookup.conformance.driver import ConformanceError, Driver
 from asynclookup.conformance.replay import replay
+from asynclookup.conformance.targets.adapter import Plan
+from asynclookup.conformance.targets.threads import hook_users
+from asynclookup.conformance.targets.vllm import impl_factory, impl_spec
 from asynclookup.conformance.testcase import conformance_test_case, first_violation
-from asynclookup.conformance.threads import hook_users
-from asynclookup.conformance.vllm import impl_factory, impl_spec
 from tests.shapes.pool import PooledWithoutJoin
 
 SEEDS = (0, 1, 2, 3, 4)

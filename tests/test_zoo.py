@@ -21,8 +21,8 @@ import pytest
 from asynclookup.cli import main
 from asynclookup.conformance.driver import ConformanceError, Driver
 from asynclookup.conformance.replay import shrink
+from asynclookup.conformance.targets.vllm import impl_factory
 from asynclookup.conformance.testcase import conformance_test_case, first_violation
-from asynclookup.conformance.vllm import impl_factory
 from tests.conftest import write_module
 from tests.zoo.mutants import MUTANTS
 

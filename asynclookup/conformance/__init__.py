@@ -1,19 +1,20 @@
 """asynclookup.conformance: the oracle that judges a black-box implementation.
 
-- ``observations``: what the oracle sees of an implementation, as data;
-- ``engine``: which spec states explain every observation so far;
-- ``classify``: the PROTOCOL.md property an unexplained observation breaks;
-- ``adapter`` and ``vllm``: how an implementation is driven (the adapter
-  protocol, the oracle's tier, the reference's and vLLM-shaped classes' adapters);
+- ``targets/``: how an implementation is driven (the adapter protocol, the
+  oracle's tier and fault plans, the reference's and vLLM-shaped classes'
+  adapters, loading a target by name);
 - ``driver``, ``machine``, ``replay``: one call at a time, Hypothesis's
   stateful search, replaying and shrinking counterexamples;
+- ``regression/``: a counterexample written as a standalone pytest module;
+- ``campaign``: many workers, one example database;
 - ``testcase``: a ``unittest.TestCase`` for a user's CI; ``cli``: ``asynclookup fuzz``.
 
-It imports the standard library, Hypothesis, ``asynclookup.spec`` and, for the
-reference adapter and the oracle's real tiers, ``asynclookup.reference``.
+It judges with ``asynclookup.observe`` (the refinement engine) and imports the
+standard library, Hypothesis, ``asynclookup.spec`` and, for the reference
+adapter and the oracle's real tiers, ``asynclookup.reference``.
 
-``conformance_test_case`` is imported on first use (PEP 562), so that what
-needs only ``engine`` (the trace checker) does not load Hypothesis.
+``conformance_test_case`` is imported on first use (PEP 562), so that importing
+a part of the package does not load Hypothesis.
 """
 
 from typing import TYPE_CHECKING, Any

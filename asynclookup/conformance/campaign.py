@@ -52,9 +52,9 @@ from hypothesis.errors import InvalidArgument
 
 from asynclookup._args import parse_duration, parse_workers
 from asynclookup.conformance.driver import ConformanceError
-from asynclookup.conformance.engine import OracleLimitError
 from asynclookup.conformance.machine import FuzzConfig, Stats, conformance_error_in, run
 from asynclookup.conformance.replay import shrink
+from asynclookup.observe.engine import OracleLimitError
 
 REDIS_KEY_PREFIX = b"asynclookup-fuzz:"  # the keys of --db redis://... (HypoFuzz's too)
 REPORT_EVERY = 0.2  # seconds between two progress messages of a worker

@@ -11,7 +11,7 @@ terminal (stderr, off with ``--quiet``) are ``asynclookup.conformance.campaign``
 ``--json`` keeps stdout one JSON object.
 
 It does not decide conformance itself: ``asynclookup.conformance.machine`` runs the machine,
-``asynclookup.conformance.engine`` judges, ``asynclookup.conformance.replay`` shrinks
+``asynclookup.observe.engine`` judges, ``asynclookup.conformance.replay`` shrinks
 and writes replays.
 """
 
@@ -27,18 +27,18 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from asynclookup._args import integer, parse_duration, parse_workers, positive_int
-from asynclookup.conformance.adapter import FAULT_KINDS, faults_text, parse_faults
 from asynclookup.conformance.driver import (
     NOT_REPRODUCIBLE,
     Call,
     ConformanceError,
     format_counterexample,
 )
-from asynclookup.conformance.engine import Violation
-from asynclookup.conformance.regression import RegressionError, regression_file, unsupported
+from asynclookup.conformance.regression.writer import RegressionError, regression_file, unsupported
 from asynclookup.conformance.replay import replay_file
-from asynclookup.conformance.targets import leak_tables, load_target
-from asynclookup.conformance.vllm import PREFIX, impl_spec
+from asynclookup.conformance.targets.adapter import FAULT_KINDS, faults_text, parse_faults
+from asynclookup.conformance.targets.load import leak_tables, load_target
+from asynclookup.conformance.targets.vllm import PREFIX, impl_spec
+from asynclookup.observe.engine import Violation
 
 if TYPE_CHECKING:  # at run time these load Hypothesis, which only ``fuzz`` needs
     from hypothesis.database import ExampleDatabase
@@ -64,7 +64,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--target", default="reference", metavar="MODULE:ATTR",
                    help="reference (default), or a manager class / adapter factory by path")
     p.add_argument("--impl", metavar="MODULE:CLASS",
-                   help="a vLLM-shaped manager class (conformance.vllm; implies threaded mode)")
+                   help="a vLLM-shaped manager class (implies threaded mode)")
     p.add_argument("--method", action="append", default=[], metavar="CALL=NAME",
                    help="with --impl: the class's name for a protocol call, e.g. "
                    "mark_miss=invalidate (repeatable or a comma list; NAME none: it has none)")
@@ -200,7 +200,7 @@ def _regression_command(args: argparse.Namespace) -> str:
 
 
 def _configure(args: argparse.Namespace) -> tuple[FuzzConfig, ExampleDatabase | None]:
-    if getattr(args, "impl", None):  # --impl hook: asynclookup.conformance.vllm
+    if getattr(args, "impl", None):  # --impl hook: asynclookup.conformance.targets.vllm
         try:
             spec = impl_spec(
                 args.impl, methods=args.method, cleanup_arg=args.cleanup_arg,

@@ -1,7 +1,8 @@
 """The oracle's driver: one call to the IUT, its observations, the checker's judgement.
 
-``Driver`` owns an implementation under test (through a ``asynclookup.conformance.adapter.Target``),
-the ``OracleTier`` it probes and a ``asynclookup.conformance.engine.Checker``.  Each method makes
+``Driver`` owns an implementation under test (through an
+``asynclookup.conformance.targets.adapter.Target``), the ``OracleTier`` it probes and an
+``asynclookup.observe.engine.Checker``.  Each method makes
 one call in the protocol's vocabulary (``lookup``, ``flush``, ..., the worker
 steps in stepped mode, ``answer`` / ``settle`` in threaded mode), turns what
 happened into observations, feeds them to the checker and raises
@@ -26,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from asynclookup.conformance.adapter import (
+from asynclookup.conformance.targets.adapter import (
     OracleTier,
     Plan,
     Target,
@@ -34,7 +35,8 @@ from asynclookup.conformance.adapter import (
     snapshot_of,
     supports_of,
 )
-from asynclookup.conformance.engine import (
+from asynclookup.conformance.targets.load import load_target
+from asynclookup.observe.engine import (
     CLOSED,
     Checker,
     CleanupSeen,
@@ -54,7 +56,6 @@ from asynclookup.conformance.engine import (
     Violation,
     WorkerDied,
 )
-from asynclookup.conformance.targets import load_target
 from asynclookup.spec import core
 from asynclookup.spec.errors import AsyncLookupError
 

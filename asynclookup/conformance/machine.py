@@ -44,7 +44,6 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from asynclookup.conformance.adapter import OPTIONAL_CALLS, Plan, plan_kinds
 from asynclookup.conformance.driver import (
     Call,
     ConformanceError,
@@ -52,9 +51,10 @@ from asynclookup.conformance.driver import (
     dispose_inner_tier,
     make_inner_tier,
 )
-from asynclookup.conformance.engine import Violation
 from asynclookup.conformance.replay import shrink
-from asynclookup.conformance.targets import load_target
+from asynclookup.conformance.targets.adapter import OPTIONAL_CALLS, Plan, plan_kinds
+from asynclookup.conformance.targets.load import load_target
+from asynclookup.observe.engine import Violation
 from asynclookup.spec import core
 from asynclookup.spec.properties import ALWAYS
 

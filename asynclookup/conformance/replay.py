@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from asynclookup.conformance.adapter import Plan
 from asynclookup.conformance.driver import (
     NOT_REPRODUCIBLE,
     WAIT_BOUND,
@@ -31,6 +30,7 @@ from asynclookup.conformance.driver import (
     Driver,
     ShrinkReport,
 )
+from asynclookup.conformance.targets.adapter import Plan
 
 Step = tuple[str, tuple[Any, ...]]
 QUICK_WAIT = 0.5  # seconds a threaded shrink candidate waits for what the spec owes
@@ -405,7 +405,8 @@ def replay_file(error: ConformanceError) -> str:
     uses_plan = any(isinstance(a, Plan) or (isinstance(a, list) and any(
         isinstance(p, Plan) for p in a)) for c in error.calls for a in c.args)
     return _TEMPLATE.format(
-        plan_import="from asynclookup.conformance.adapter import Plan\n" if uses_plan else "",
+        plan_import=(
+            "from asynclookup.conformance.targets.adapter import Plan\n" if uses_plan else ""),
         title=error.violation.title, detail=detail, body=body or "        pass",
         target=error.config.get("target", "reference"),
         mode=error.config.get("mode", "stepped"), tier=error.config.get("tier", "memory"),

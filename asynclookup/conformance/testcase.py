@@ -25,10 +25,10 @@ import unittest
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from asynclookup.conformance.adapter import faults_text
 from asynclookup.conformance.driver import ConformanceError
 from asynclookup.conformance.machine import FuzzConfig, Stats, run
-from asynclookup.conformance.vllm import PREFIX, impl_spec, load_impl
+from asynclookup.conformance.targets.adapter import faults_text
+from asynclookup.conformance.targets.vllm import PREFIX, impl_spec, load_impl
 
 SHRINK_SECONDS = 20.0  # the shrinker's budget when ``shrink`` is on
 

@@ -3,14 +3,13 @@
 - ``format``: the JSON Lines format, its one table of events (each named by
   the spec action it records), the streaming parser;
 - ``schema``: the JSON Schema derived from that table (``trace.schema.json``);
-- ``check``: a trace streamed through the conformance engine;
-- ``fast``: the engine ``check`` uses by default, the conformance engine's set
-  of possible states stored per key;
+- ``check``: a trace streamed through the refinement engine
+  (``asynclookup.observe``);
 - ``split``: a long trace checked in chunks, in several processes or under a
   job runner, with the verdict of one pass;
 - ``report``: ``asynclookup check-trace`` and its shrunk excerpt.
 
 It imports the standard library, ``asynclookup.spec`` and
-``asynclookup.conformance``'s engine.  The recorders that write traces belong
+``asynclookup.observe``, never ``asynclookup.conformance``.  The recorders that write traces belong
 to the implementation (``asynclookup.reference.trace``), not here.
 """

@@ -5,8 +5,8 @@ Theory of operation
 ``asynclookup.trace.format`` turns each line into a ``TraceEvent``; ``TraceChecker``
 pairs the two-line events (``lookup_called``/``lookup_returned`` and
 ``tier_call_started``/``tier_call_finished``, per thread), maps each event to
-the ``asynclookup.conformance.engine`` observation of the same spec action and feeds it to
-``asynclookup.conformance.engine.Checker``: the set of spec states consistent with the trace so
+the ``asynclookup.observe.engine`` observation of the same spec action and feeds it to
+``asynclookup.observe.engine.Checker``: the set of spec states consistent with the trace so
 far.  Events the engine has no use for (``tier_call_started``, the
 ``result_*`` events, and ``take_batch``/``post`` when the header says the
 worker steps are not all recorded) are checked for form only.  The first
@@ -24,7 +24,7 @@ explains (``TraceChecker.quiescent``), the check restarts from a fresh engine:
 what follows is judged independently of what came before, which is what lets
 ``asynclookup.trace.split`` check a trace in chunks with the verdict of one pass.
 
-The fast engine (``asynclookup.trace.fast``, the default) gets the hot kinds
+The fast engine (``asynclookup.observe.fast``, the default) gets the hot kinds
 of event as raw values; ``engine="old"`` feeds the conformance engine itself
 (tests/test_trace_engines.py compares the two).
 
@@ -39,10 +39,10 @@ from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from asynclookup.conformance import engine as observe
+from asynclookup.observe import engine as observe
+from asynclookup.observe.fast import FastChecker
 from asynclookup.spec import core
 from asynclookup.spec.properties import explanation_of, kind_of, title_of
-from asynclookup.trace.fast import FastChecker
 from asynclookup.trace.format import (
     ACTIONS,
     INTERNAL_EVENTS,

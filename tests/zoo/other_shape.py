@@ -6,7 +6,7 @@ request_id)``; the scheduler calls are ``query(request_id, key)``,
 ``end_step()``, ``release(request_id)``, ``collect()`` and ``close()``; it has
 no ``mark_miss`` or ``mark_present``; after ``close()`` every call raises
 ``ServiceClosed``.  Its worker posts one item per request group.  No
-``asynclookup.conformance.vllm`` fits it, so docs/oracle.md writes a ``Target`` for it.
+``asynclookup.conformance.targets.vllm`` fits it, so docs/oracle.md writes a ``Target`` for it.
 
 ``ForgetfulService`` is the same service with one bug: ``release`` leaves the
 request in its index (a leak, property 5).

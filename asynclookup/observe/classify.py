@@ -1,6 +1,6 @@
 """Name the PROTOCOL.md property that excludes an observation.
 
-When ``asynclookup.conformance.engine.Checker`` finds that no possible spec state explains an
+When ``asynclookup.observe.engine.Checker`` finds that no possible spec state explains an
 observation, ``classify`` looks at the states that were possible just before
 it and says which rule the implementation broke, in the protocol's words:
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Protocol
 
-from asynclookup.conformance.observations import (
+from asynclookup.observe.observations import (
     DrainSeen,
     FlushSeen,
     Leftover,

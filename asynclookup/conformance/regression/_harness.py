@@ -1,12 +1,12 @@
 """The harness of every regression file: a scripted tier, bounded waits, the checks after
-each call (``asynclookup.conformance.regression``'s third part).
+each call (``asynclookup.conformance.regression.writer``'s third part).
 
 ``harness()`` is the text appended to each generated module, below its test.
 It is text, not code this package runs: the generated file must need nothing
 but the standard library and pytest.  The tier's answers are not written out
 here a second time: ``harness()`` copies in the source of the oracle's own
-``Answer``, ``Plan``, ``_deliver`` and ``_lazy`` (``conformance.adapter`` and
-``conformance.observations``) and of ``memory_answer``, so a scripted answer
+``Answer``, ``Plan``, ``_deliver`` and ``_lazy`` (``conformance.targets.adapter`` and
+``observe.observations``) and of ``memory_answer``, so a scripted answer
 is, by construction, the answer the oracle gave (tests/test_regression_out.py
 pins that every plan kind answers alike in both); and of
 ``threads.CountingQueue``, the wrapper that counts what the worker posts.
@@ -14,7 +14,7 @@ Those must stay standard-library-only code: the test that runs a generated
 file outside this project fails if one of them starts needing more.
 
 What the harness does not do: decide what is allowed (the generated test's
-arguments say that, worked out by ``_regression_paths``), or read more of the
+arguments say that, worked out by ``regression._paths``), or read more of the
 class than the oracle did (the results queue, to count posts, and the tables
 of the leak check, both named by the generated module's constants).
 """
@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import inspect
 
-from asynclookup.conformance import adapter, observations, threads
-from asynclookup.conformance._regression_paths import memory_answer
+from asynclookup.conformance.regression._paths import memory_answer
+from asynclookup.conformance.targets import adapter, threads
+from asynclookup.observe import observations
 
 _MARK = "# @ORACLE-CODE@\n"
 

@@ -16,14 +16,14 @@ allows there and why.  Every wait is bounded.
 
 Three parts, each readable alone:
 
-- ``_regression_paths``: what the spec allows.  The calls are replayed on
-  ``asynclookup.conformance.engine.Checker``s, one per *path*, and every
+- ``_paths``: what the spec allows.  The calls are replayed on
+  ``asynclookup.observe.engine.Checker``s, one per *path*, and every
   outcome the spec allows at a step (each verdict, each tier call) forks the
   path.  A step whose allowance depends on the outcome of an earlier one says
   so (``ByPath`` in the file), so a conforming class passes whatever allowed
   outcomes it takes, and the step that failed fails on the buggy class.
-- ``_regression_text``: the module's text (steps, comments, the template).
-- ``_regression_harness``: the scripted tier and the checks, as text; the
+- ``_text``: the module's text (steps, comments, the template).
+- ``_harness``: the scripted tier and the checks, as text; the
   tier's answers are the oracle's own code, copied in (not written twice).
 
 What it does not do: judge anything at run time (the written file has no
@@ -31,7 +31,7 @@ spec), drive adapters or the reference (``unsupported`` names why), write
 classes that need ``--method``, ``--cleanup-arg`` or ``--verdicts`` (the file
 would have to carry the mapping; ``--tables`` is fine), or read more of the
 class than the oracle does (its results queue, to count posted results, and
-its tables for the leak check, as ``conformance.tables`` found or the user
+its tables for the leak check, as ``conformance.targets.tables`` found or the user
 named them; a class whose results are on no queue is refused when the file
 would have to wait for a post).
 """
@@ -41,11 +41,11 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from asynclookup.conformance._regression_paths import RegressionError, explore
-from asynclookup.conformance._regression_text import doc_safe, module_text
 from asynclookup.conformance.driver import ConformanceError
-from asynclookup.conformance.shape import split_spec
-from asynclookup.conformance.vllm import PREFIX, tables_used
+from asynclookup.conformance.regression._paths import RegressionError, explore
+from asynclookup.conformance.regression._text import doc_safe, module_text
+from asynclookup.conformance.targets.shape import split_spec
+from asynclookup.conformance.targets.vllm import PREFIX, tables_used
 
 __all__ = ["RegressionError", "regression_file", "unsupported"]
 

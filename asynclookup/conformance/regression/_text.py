@@ -1,14 +1,14 @@
 """Writing a regression file: the module's text from the explored steps
-(``asynclookup.conformance.regression``'s second part).
+(``asynclookup.conformance.regression.writer``'s second part).
 
 ``module_text`` renders each ``Step`` as a numbered comment (the call, what
 the class did when the file was written, what the spec allows there and why)
 and one ``run.<call>(...)`` line whose arguments are the allowances, then
 fills ``TEMPLATE`` (docstring, imports, constants, the test) and appends the
-harness (``_regression_harness``).  Every value is written as a Python literal,
+harness (``_harness``).  Every value is written as a Python literal,
 sets in a stable order, so the same counterexample always gives the same file.
 
-It does not decide anything: ``_regression_paths`` worked out the allowances.
+It does not decide anything: ``_paths`` worked out the allowances.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from asynclookup.conformance._regression_harness import harness
-from asynclookup.conformance._regression_paths import ByPath, Explored, Step
-from asynclookup.conformance.adapter import Plan
+from asynclookup.conformance.regression._harness import harness
+from asynclookup.conformance.regression._paths import ByPath, Explored, Step
+from asynclookup.conformance.targets.adapter import Plan
 
 WIDTH = 96  # the generated file's line length
 JUDGED = ("lookup", "answer", "settle", "shutdown")  # the harness calls that take breaks=

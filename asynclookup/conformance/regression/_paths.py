@@ -1,5 +1,5 @@
 """What the spec allows at each call of a counterexample, along every path it may take
-(``asynclookup.conformance.regression``'s first half).
+(``asynclookup.conformance.regression.writer``'s first half).
 
 ``explore(error)`` replays the shrunk calls on ``engine.Checker``s, one per
 *path*: every outcome the spec allows at a step (each verdict of a lookup,
@@ -8,7 +8,7 @@ by path, what the regression file asserts there (``Step``), and a sentence or
 two saying what the spec allows and why (``Step.why``), read from the spec
 states the step starts from.
 
-It does not write anything (``_regression_text`` does), and it judges only what
+It does not write anything (``_text`` does), and it judges only what
 the oracle's driver judges: the observations each call makes.
 """
 
@@ -20,9 +20,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from asynclookup.conformance.adapter import Plan
 from asynclookup.conformance.driver import Call, ConformanceError
-from asynclookup.conformance.engine import (
+from asynclookup.conformance.targets.adapter import Plan
+from asynclookup.observe.engine import (
     Checker,
     CleanupSeen,
     DrainSeen,
@@ -39,7 +39,7 @@ from asynclookup.conformance.engine import (
     Violation,
     WorkerDied,
 )
-from asynclookup.conformance.observations import Answer
+from asynclookup.observe.observations import Answer
 from asynclookup.spec.properties import title_of
 from asynclookup.spec.state import State
 

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from asynclookup.conformance.observations import Answer, TierCallSeen
+from asynclookup.observe.observations import Answer, TierCallSeen
 from asynclookup.reference.errors import ManagerClosedError
 from asynclookup.reference.events import Event
 from asynclookup.reference.tier import RequestContext

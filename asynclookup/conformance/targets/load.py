@@ -1,22 +1,22 @@
 """Name a target and get its factory: the reference, a vLLM-shaped class, or a user's adapter.
 
 ``load_target`` is the one place that knows every kind of target, so that the
-adapters (``asynclookup.conformance.adapter``, ``asynclookup.conformance.vllm``)
+adapters (``asynclookup.conformance.targets.adapter``, ``asynclookup.conformance.targets.vllm``)
 need not know each other; ``leak_tables`` says which tables a vLLM-shaped
 target's leak check reads (for the report).
 """
 
 from __future__ import annotations
 
-from asynclookup.conformance.adapter import (
+from asynclookup.conformance.targets.adapter import (
     OracleTier,
     ReferenceAdapter,
     Target,
     TargetFactory,
     import_user_module,
 )
-from asynclookup.conformance.tables import TablesUsed
-from asynclookup.conformance.vllm import PREFIX, impl_factory, tables_used
+from asynclookup.conformance.targets.tables import TablesUsed
+from asynclookup.conformance.targets.vllm import PREFIX, impl_factory, tables_used
 
 
 def load_target(spec: str) -> TargetFactory:

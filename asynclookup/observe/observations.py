@@ -10,7 +10,7 @@ of the IUT's tables held when the spec says they must be empty (property 5),
 and which keys and requests a trace's tables event says the IUT holds.
 
 ``verdict_candidates`` says which verdicts a conforming worker may derive from
-a tier answer.  This module only describes; ``asynclookup.conformance.engine`` judges.
+a tier answer.  This module only describes; ``asynclookup.observe.engine`` judges.
 """
 
 from __future__ import annotations

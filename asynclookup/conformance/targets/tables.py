@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
-from asynclookup.conformance.shape import ROLES, Shape
+from asynclookup.conformance.targets.shape import ROLES, Shape
 
 KEY = b"asynclookup-shape-probe-key"
 REQUEST = "asynclookup-shape-probe-request"

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-``asynclookup.conformance.engine.Checker`` (the *old engine* here) keeps the set
+``asynclookup.observe.engine.Checker`` (the *old engine* here) keeps the set
 of spec States consistent with a trace so far, each a whole ``State`` value that
 every observation rebuilds, sorts and hashes: an event costs (possible states)
 x (keys held).  ``FastChecker`` keeps the same set, in the same order and with
@@ -56,9 +56,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeAlias
 
-from asynclookup.conformance import engine as oracle
-from asynclookup.conformance.classify import NO_VALUE
-from asynclookup.conformance.observations import verdict_candidates
+from asynclookup.observe import engine as oracle
+from asynclookup.observe.classify import NO_VALUE
+from asynclookup.observe.observations import verdict_candidates
 from asynclookup.spec.core import Entry, Phase, Probe, Result, State
 
 PENDING, IN_FLIGHT, RESOLVED = 0, 1, 2
@@ -80,7 +80,7 @@ class FastChecker:
     """The engine's set of possible states, factorised per key (see the module docstring).
 
     ``hidden_worker``, ``max_states`` and ``tagged_kept`` mean what they mean for
-    ``asynclookup.conformance.engine.Checker``.
+    ``asynclookup.observe.engine.Checker``.
     """
 
     def __init__(

@@ -12,8 +12,8 @@ build the same adapter.
 
 ``fit_problem`` says what keeps a class from fitting, and which option would
 fit it (the CLI's one-line exit 2).  It reads the class only; what needs an
-instance (its tables, its first verdict) is ``asynclookup.conformance.tables``.
-It drives nothing: ``asynclookup.conformance.vllm`` does.
+instance (its tables, its first verdict) is ``asynclookup.conformance.targets.tables``.
+It drives nothing: ``asynclookup.conformance.targets.vllm`` does.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from asynclookup.conformance.adapter import import_user_module
+from asynclookup.conformance.targets.adapter import import_user_module
 
 REQUIRED = ("batch_lookup", "lookup", "flush", "cleanup", "drain_results", "shutdown")
 OPTIONAL = ("mark_miss", "mark_present")

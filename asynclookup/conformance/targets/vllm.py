@@ -5,7 +5,7 @@ an overridable ``batch_lookup(keys, req_context)`` that its own worker thread
 (or pool of threads) calls, and the scheduler calls ``lookup(key,
 req_context)``, ``flush()``, ``cleanup(req_id)``, ``drain_results()``,
 ``shutdown()`` and, optionally, ``mark_miss(keys)`` / ``mark_present(keys)``.
-A class may differ from that in the small ways a ``asynclookup.conformance.shape.Shape``
+A class may differ from that in the small ways a ``asynclookup.conformance.targets.shape.Shape``
 says (other method names, cleanup taking the context, verdicts of its own
 vocabulary, tables of other names).  ``VllmAdapter`` subclasses such a class
 so that ``batch_lookup`` is the oracle's ``OracleTier`` (which blocks each call
@@ -25,12 +25,12 @@ What it adds to the black box:
   place it was raised, so the oracle names property 7 with the traceback;
   threads the IUT starts later (a pool that grows on demand) are watched too;
 - a snapshot of the tables for the leak check (properties 4, 5), and a count of
-  what the worker posts (for settles): the tables ``asynclookup.conformance.tables``
+  what the worker posts (for settles): the tables ``asynclookup.conformance.targets.tables``
   found by shape or the user named; with no results queue, a tier call's results
   count as posted once the thread that made it is idle again
-  (``asynclookup.conformance.threads.IdleWatch``).
+  (``asynclookup.conformance.targets.threads.IdleWatch``).
 
-It does not decide conformance: ``asynclookup.conformance.engine`` does.
+It does not decide conformance: ``asynclookup.observe.engine`` does.
 ``load`` says what keeps a class from fitting, and which option would fit it
 (the CLI's one-line exit 2).
 """
@@ -45,8 +45,13 @@ from collections.abc import Callable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from asynclookup.conformance.adapter import OracleTier, Target, TargetFactory, import_user_module
-from asynclookup.conformance.shape import (
+from asynclookup.conformance.targets.adapter import (
+    OracleTier,
+    Target,
+    TargetFactory,
+    import_user_module,
+)
+from asynclookup.conformance.targets.shape import (
     OPTIONAL,
     Shape,
     fit_problem,
@@ -54,8 +59,8 @@ from asynclookup.conformance.shape import (
     make_shape,
     split_spec,
 )
-from asynclookup.conformance.tables import TablesUsed, explore, readable, resolve
-from asynclookup.conformance.threads import (
+from asynclookup.conformance.targets.tables import TablesUsed, explore, readable, resolve
+from asynclookup.conformance.targets.threads import (
     WATCHED,
     IdleWatch,
     acquire_hook,

@@ -11,7 +11,7 @@ for an IUT whose results store is no queue (a dict, a list under a lock): it
 counts the results of a tier call as posted once the thread that made the call
 is idle again, blocked in its next wait.
 
-It knows no protocol: ``asynclookup.conformance.vllm`` uses both.
+It knows no protocol: ``asynclookup.conformance.targets.vllm`` uses both.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
-from asynclookup.conformance.tables import resolve
+from asynclookup.conformance.targets.tables import resolve
 
 _OURS = os.path.dirname(os.path.abspath(__file__)) + os.sep  # the oracle's own frames
 

@@ -31,9 +31,9 @@ explain it and keeps those; hidden steps fill the gaps:
 
 When the set becomes empty the observation is excluded by the spec: the
 checker returns a ``Violation`` naming the PROTOCOL.md property (chosen by
-``asynclookup.conformance.classify``) and the last states that were still possible.
+``asynclookup.observe.classify``) and the last states that were still possible.
 
-The observations themselves are in ``asynclookup.conformance.observations`` (re-exported here).
+The observations themselves are in ``asynclookup.observe.observations`` (re-exported here).
 This module drives no implementation and knows no threads: adapters and the
 Hypothesis machine (``asynclookup.conformance.machine``) build observations and feed them.
 """
@@ -43,8 +43,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from asynclookup.conformance.classify import NO_VALUE, classify, efficiency_detail, raised
-from asynclookup.conformance.observations import (
+from asynclookup.observe.classify import NO_VALUE, classify, efficiency_detail, raised
+from asynclookup.observe.observations import (
     CLOSED,
     SCHEDULER_CALLS,
     WORKER_STEPS,
