@@ -9,7 +9,7 @@ reference implementation keeps its own builtin-based errors.
 from asynclookup._args import UsageError
 from asynclookup.conformance.driver import ConformanceError
 from asynclookup.conformance.targets.adapter import TierFault
-from asynclookup.observe.engine import OracleLimitError
+from asynclookup.observe.interface import OracleLimitError
 from asynclookup.spec.errors import AsyncLookupError, ProtocolError
 from asynclookup.trace.check import CheckLimitError
 from asynclookup.trace.format import TraceFormatError

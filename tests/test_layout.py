@@ -155,3 +155,15 @@ def test_the_engine_imports_only_the_spec() -> None:
         if _part(module) == "asynclookup.observe":
             parts = {_part(t) for t in imported if not _is_stdlib(t)}
             assert parts <= {"asynclookup.observe", "asynclookup.spec"}, (module, parts)
+
+
+def test_no_engine_twin_outside_observe() -> None:
+    """Only asynclookup.observe defines an engine (a class with ``observe`` and ``resume``)."""
+    twins = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                methods = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+                if {"observe", "resume"} <= methods and _part(module) != "asynclookup.observe":
+                    twins.append(f"{module}.{node.name}")
+    assert not twins, twins

@@ -21,7 +21,6 @@ from asynclookup.observe.engine import (
     MarkMissSeen,
     MarkPresentSeen,
     Observation,
-    OracleLimitError,
     PostSeen,
     ProbeGroupSeen,
     Settled,
@@ -29,10 +28,10 @@ from asynclookup.observe.engine import (
     Stalled,
     TakeBatchSeen,
     TierCallSeen,
-    Violation,
     WorkerDied,
     verdict_candidates,
 )
+from asynclookup.observe.interface import OracleLimitError, Violation
 
 K0, K1 = b"k0", b"k1"
 TRUE, FALSE = Answer((True,)), Answer((False,))

@@ -54,7 +54,7 @@ from asynclookup._args import parse_duration, parse_workers
 from asynclookup.conformance.driver import ConformanceError
 from asynclookup.conformance.machine import FuzzConfig, Stats, conformance_error_in, run
 from asynclookup.conformance.replay import shrink
-from asynclookup.observe.engine import OracleLimitError
+from asynclookup.observe.interface import OracleLimitError
 
 REDIS_KEY_PREFIX = b"asynclookup-fuzz:"  # the keys of --db redis://... (HypoFuzz's too)
 REPORT_EVERY = 0.2  # seconds between two progress messages of a worker

@@ -38,7 +38,7 @@ from asynclookup.conformance.replay import replay_file
 from asynclookup.conformance.targets.adapter import FAULT_KINDS, faults_text, parse_faults
 from asynclookup.conformance.targets.load import leak_tables, load_target
 from asynclookup.conformance.targets.vllm import PREFIX, impl_spec
-from asynclookup.observe.engine import Violation
+from asynclookup.observe.interface import Violation
 
 if TYPE_CHECKING:  # at run time these load Hypothesis, which only ``fuzz`` needs
     from hypothesis.database import ExampleDatabase

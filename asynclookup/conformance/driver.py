@@ -53,9 +53,9 @@ from asynclookup.observe.engine import (
     ShutdownSeen,
     Stalled,
     TakeBatchSeen,
-    Violation,
     WorkerDied,
 )
+from asynclookup.observe.interface import Violation
 from asynclookup.spec import core
 from asynclookup.spec.errors import AsyncLookupError
 

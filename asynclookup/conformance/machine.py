@@ -54,7 +54,7 @@ from asynclookup.conformance.driver import (
 from asynclookup.conformance.replay import shrink
 from asynclookup.conformance.targets.adapter import OPTIONAL_CALLS, Plan, plan_kinds
 from asynclookup.conformance.targets.load import load_target
-from asynclookup.observe.engine import Violation
+from asynclookup.observe.interface import Violation
 from asynclookup.spec import core
 from asynclookup.spec.properties import ALWAYS
 

@@ -41,9 +41,9 @@ Hypothesis machine (``asynclookup.conformance.machine``) build observations and 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
 from asynclookup.observe.classify import NO_VALUE, classify, efficiency_detail, raised
+from asynclookup.observe.interface import ORACLE_BOUNDS, Notes, OracleLimitError, Violation
 from asynclookup.observe.observations import (
     CLOSED,
     SCHEDULER_CALLS,
@@ -70,12 +70,9 @@ from asynclookup.observe.observations import (
 )
 from asynclookup.spec import core
 from asynclookup.spec.core import INITIAL, Phase, State, Transition
-from asynclookup.spec.errors import AsyncLookupError
-from asynclookup.spec.properties import kind_of, title_of
 
 __all__ = [
     "CLOSED",
-    "MAX_STATES",
     "SCHEDULER_CALLS",
     "WORKER_STEPS",
     "Answer",
@@ -88,7 +85,6 @@ __all__ = [
     "MarkMissSeen",
     "MarkPresentSeen",
     "Observation",
-    "OracleLimitError",
     "PostSeen",
     "ProbeGroupSeen",
     "Settled",
@@ -97,68 +93,34 @@ __all__ = [
     "Tables",
     "TakeBatchSeen",
     "TierCallSeen",
-    "Violation",
     "WorkerDied",
     "verdict_candidates",
 ]
-
-MAX_STATES = 10_000
-TAGGED_KEPT = 16  # states explained only by a wasteful cleanup, kept beside efficient ones
-
-
-class OracleLimitError(AsyncLookupError, RuntimeError):
-    """The set of possible states outgrew its bound: the oracle cannot judge this run."""
-
-
-@dataclass(frozen=True)
-class Violation:
-    """An observation that no spec state explains, and the property that excludes it.
-
-    ``number``: the PROTOCOL.md property (None: a usage error, a call after
-    shutdown that did not raise the closed-manager error).  ``states``: a few of
-    the spec states that were still possible just before ``observation``.
-    """
-
-    number: int | None
-    detail: str
-    index: int  # the observation's position in the checker's history
-    observation: Observation
-    states: tuple[State, ...]
-
-    @property
-    def kind(self) -> str:
-        """``safety``, ``efficiency`` (property 8) or ``usage``."""
-        return kind_of(self.number)
-
-    @property
-    def title(self) -> str:
-        """E.g. ``property 1 (no cleaned-up entry is submitted)``."""
-        return title_of(self.number)
-
 
 # -- the checker -----------------------------------------------------------------
 
 Successors = Callable[[State], Iterable[State]]
 
 
-class Checker:
-    """The set of spec states consistent with every observation so far.
+class Checker(Notes):
+    """The set of spec states consistent with every observation so far (an
+    ``asynclookup.observe.interface.Engine``).
 
     ``hidden_worker``: the worker's TakeBatchSeen and PostSeen are not observed
-    (threaded mode).  ``tagged_kept``: how many states explained only by a
-    wasteful cleanup are kept while efficient ones remain.  ``table``: the
-    spec's transitions (a broken table checks an implementation against a
-    broken spec).
+    (threaded mode).  ``max_states`` and ``tagged_kept``: the ``Bounds`` it
+    keeps to.  ``table``: the spec's transitions (a broken table checks an
+    implementation against a broken spec).
     """
 
     def __init__(
         self,
         *,
         hidden_worker: bool,
-        max_states: int = MAX_STATES,
-        tagged_kept: int = TAGGED_KEPT,
+        max_states: int = ORACLE_BOUNDS.states,
+        tagged_kept: int = ORACLE_BOUNDS.tagged,
         table: Mapping[type, Transition] = core.TRANSITIONS,
     ) -> None:
+        super().__init__()
         self.hidden_worker = hidden_worker
         self.max_states = max_states
         self.tagged_kept = tagged_kept
@@ -169,15 +131,6 @@ class Checker:
         self.violation: Violation | None = None
         self.warnings: list[Violation] = []
         self.stopped = False
-        # (key, generation) of probes answered by a faulty tier call, and of
-        # unresolved probes named by a mark_miss: context for classification.
-        # faulty: the value the tier gave at the key's position (NO_VALUE: none).
-        self.faulty: dict[tuple[bytes, int], object] = {}
-        self.missed: set[tuple[bytes, int]] = set()
-        self.flush_dropped = False  # the last flush dropped stale entries in some state
-        self.dropped: set[tuple[bytes, str]] = set()  # (key, request) of entries dropped so far
-        self.ever_dropped = False  # some flush did
-        self.stale: set[tuple[bytes, int]] = set()  # a probe that a stale result could hit
 
     @property
     def states(self) -> tuple[State, ...]:
@@ -207,16 +160,34 @@ class Checker:
         explained only by a wasteful cleanup), for another engine to take over."""
         return dict(self._states)
 
-    def resume(
-        self, states: Mapping[State, bool], notes: Mapping[str, object], *, stopped: bool
-    ) -> None:
+    def resume(self, states: Mapping[State, bool], notes: Notes, *, stopped: bool) -> None:
         """Start from ``states`` (in order, with their tags, as ``tagged_states`` gives them),
-        the classification notes ``notes`` (by attribute name) and ``stopped``."""
+        the classification notes ``notes`` and ``stopped``."""
         self._states = dict(states)
         self.stopped = stopped
-        for name in ("faulty", "missed", "flush_dropped", "dropped", "ever_dropped", "stale"):
-            if name in notes:
-                setattr(self, name, notes[name])
+        self.take_notes(notes)
+
+    def restartable(self) -> bool:
+        """Whether the possible states explain exactly what the initial state explains: one
+        untagged state that holds nothing; or, when the worker's steps are hidden,
+        states that hold no probe, index entry, batch entry, queued or held batch, at
+        least one of them untagged (their results, if any, are all stale)."""
+        hidden, states = self.hidden_worker, self._states
+        if self.stopped or all(states.values()) or (not hidden and len(states) > 1):
+            return False
+        return all(
+            not (s.probes or s.index or s.batch or s.queue or s.held)
+            and (hidden or not (s.answered or s.posted))
+            for s in states
+        )
+
+    def drain_due(self) -> bool:
+        """Whether the first possible state (efficient ones first) has a drain due."""
+        return self.states[0].drain_due
+
+    def trim_history(self) -> None:
+        """Forget the observations kept so far (a violation's index counts from here on)."""
+        del self.history[:]
 
     def _trim_tagged(self, states: dict[State, bool]) -> None:
         """Keep at most ``tagged_kept`` tagged states while untagged ones exist.
@@ -238,7 +209,7 @@ class Checker:
     def forget_stale_notes(self) -> None:
         """Drop the classification notes on keys and (key, generation) pairs no possible
         state holds (a long trace would otherwise grow them without bound)."""
-        if not (self.faulty or self.missed or self.dropped):
+        if not self._has_probe_notes():
             return
         live: set[tuple[bytes, int]] = set()
         for state in self._states:
@@ -246,10 +217,7 @@ class Checker:
             live.update((e.key, e.generation) for e in state.batch + state.held)
             live.update((e.key, e.generation) for batch in state.queue for e in batch)
             live.update((r.key, r.generation) for r in state.answered + state.posted)
-        self.faulty = {kg: v for kg, v in self.faulty.items() if kg in live}
-        self.missed &= live
-        keys = {key for key, _ in live}
-        self.dropped = {(key, request) for key, request in self.dropped if key in keys}
+        self._keep_notes_on(live)
 
     def may(self, action: core.Action) -> bool:
         """Whether ``action`` is enabled in some possible state (for preconditions)."""
@@ -324,13 +292,10 @@ class Checker:
         if isinstance(obs, CleanupSeen):
             return self._cleanup(obs.request)
         if isinstance(obs, FlushSeen):
-            dropped = {
+            self._note_flush({
                 (e.key, e.request) for s in self._states for e in s.batch
                 if (p := core.probe_of(s, e.key)) is None or p.generation != e.generation
-            }
-            self.flush_dropped = bool(dropped)
-            self.dropped |= dropped
-            self.ever_dropped = self.ever_dropped or self.flush_dropped
+            })
         if isinstance(obs, MarkMissSeen):
             for s in self._states:
                 for key in obs.keys:

@@ -53,11 +53,12 @@ It drives no implementation and checks against the spec's own transitions only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeAlias
 
 from asynclookup.observe import engine as oracle
 from asynclookup.observe.classify import NO_VALUE
+from asynclookup.observe.interface import ORACLE_BOUNDS, Notes, OracleLimitError, Violation
 from asynclookup.observe.observations import verdict_candidates
 from asynclookup.spec.core import Entry, Phase, Probe, Result, State
 
@@ -76,17 +77,19 @@ H: TypeAlias = tuple[Overlay, int, tuple[Any, ...], tuple[Any, ...], tuple[Any, 
 Identity: TypeAlias = Callable[[H], tuple[Any, ...]]
 
 
-class FastChecker:
-    """The engine's set of possible states, factorised per key (see the module docstring).
+class FastChecker(Notes):
+    """The engine's set of possible states, factorised per key (see the module docstring);
+    an ``asynclookup.observe.interface.Engine``.
 
     ``hidden_worker``, ``max_states`` and ``tagged_kept`` mean what they mean for
     ``asynclookup.observe.engine.Checker``.
     """
 
     def __init__(
-        self, *, hidden_worker: bool, max_states: int = oracle.MAX_STATES,
-        tagged_kept: int = oracle.TAGGED_KEPT,
+        self, *, hidden_worker: bool, max_states: int = ORACLE_BOUNDS.states,
+        tagged_kept: int = ORACLE_BOUNDS.tagged,
     ) -> None:
+        super().__init__()
         self.hidden_worker = hidden_worker
         self.max_states = max_states
         self.tagged_kept = tagged_kept
@@ -96,16 +99,9 @@ class FastChecker:
         self.tags: list[bool] = [False]
         self._promote_at = PROMOTE_SLACK  # overlay size that triggers a promotion sweep
         self._floor = 0  # the highest next generation of any possible state
-        self.violation: oracle.Violation | None = None
-        self.warnings: list[oracle.Violation] = []
+        self.violation: Violation | None = None
+        self.warnings: list[Violation] = []
         self.stopped = False
-        # the engine's classification notes, kept the engine's way
-        self.faulty: dict[tuple[bytes, int], object] = {}
-        self.missed: set[tuple[bytes, int]] = set()
-        self.flush_dropped = False
-        self.dropped: set[tuple[bytes, str]] = set()
-        self.ever_dropped = False
-        self.stale: set[tuple[bytes, int]] = set()
 
     # -- what the trace checker reads ------------------------------------------------
 
@@ -142,10 +138,10 @@ class FastChecker:
     @property
     def states(self) -> tuple[State, ...]:
         """The possible states as spec States, efficient ones first (as ``Checker.states``)."""
-        pairs = self.export()
+        pairs = self.tagged_states()
         return tuple(sorted(pairs, key=lambda s: pairs[s]))
 
-    def export(self) -> dict[State, bool]:
+    def tagged_states(self) -> dict[State, bool]:
         """The possible states as the engine keeps them: spec State -> tagged, in order."""
         index = tuple(sorted((r, frozenset(ks)) for r, ks in self.index.items()))
         out: dict[State, bool] = {}
@@ -170,16 +166,14 @@ class FastChecker:
             )] = tag
         return out
 
-    def notes(self) -> dict[str, Any]:
-        """The classification notes, by the engine's attribute names."""
-        return {
-            "faulty": self.faulty, "missed": self.missed, "flush_dropped": self.flush_dropped,
-            "dropped": self.dropped, "ever_dropped": self.ever_dropped, "stale": self.stale,
-        }
+    export = tagged_states  # the name tests/test_trace_engines.py compares the engines by
+
+    def trim_history(self) -> None:
+        """Nothing to do: this engine keeps no observations."""
 
     def forget_stale_notes(self) -> None:
         """Drop notes on probes no possible state holds (as ``Checker.forget_stale_notes``)."""
-        if not (self.faulty or self.missed or self.dropped):
+        if not self._has_probe_notes():
             return
         live: set[tuple[bytes, int]] = {(k, p[0]) for k, p in self.base.items()}
         for h in self.hyps:
@@ -187,14 +181,11 @@ class FastChecker:
             live.update((e[0], e[2]) for e in h[2] + h[4])
             live.update((e[0], e[2]) for b in h[3] for e in b)
             live.update((r[0], r[1]) for r in h[5] + h[6])
-        self.faulty = {kg: v for kg, v in self.faulty.items() if kg in live}
-        self.missed &= live
-        keys = {key for key, _ in live}
-        self.dropped = {(key, request) for key, request in self.dropped if key in keys}
+        self._keep_notes_on(live)
 
     # -- observations ------------------------------------------------------------------
 
-    def observe(self, obs: oracle.Observation) -> oracle.Violation | None:
+    def observe(self, obs: oracle.Observation) -> Violation | None:
         """Take one observation object (as ``Checker.observe``); dispatches to the steps below."""
         if self.violation is not None:
             return self.violation
@@ -225,7 +216,7 @@ class FastChecker:
 
     def lookup(
         self, key: bytes, request: str, verdict: object, obs: Any = None
-    ) -> oracle.Violation | None:
+    ) -> Violation | None:
         """``lookup(key, request)`` returned ``verdict``, with or without an early drain."""
         h = self._solo()
         if h is not None and not h[6]:  # one state, nothing posted: no early drain to consider
@@ -261,17 +252,14 @@ class FastChecker:
             lambda: self.index.setdefault(request, set()).add(key),
         )
 
-    def flush(self, obs: Any = None) -> oracle.Violation | None:
+    def flush(self, obs: Any = None) -> Violation | None:
         """``flush()`` returned: apply posted results, submit the live part of the batch."""
         self._note_stale_results()
         get = self._get
-        dropped = {
+        self._note_flush({
             (e[0], e[1]) for h in self.hyps for e in h[2]
             if (p := get(h[0], e[0])) is None or p[0] != e[2]
-        }
-        self.flush_dropped = bool(dropped)
-        self.dropped |= dropped
-        self.ever_dropped = self.ever_dropped or self.flush_dropped
+        })
         h = self._solo()
         if h is not None:  # one state: a flush is always enabled, so step it in place
             base = self.base
@@ -288,7 +276,7 @@ class FastChecker:
         out = [(self._flush(h), tag) for h, tag in zip(self.hyps, self.tags, strict=True)]
         return self._commit(out, obs, oracle.FlushSeen)
 
-    def drain(self, obs: Any = None) -> oracle.Violation | None:
+    def drain(self, obs: Any = None) -> Violation | None:
         """``drain_results()`` returned: apply every posted result."""
         self._note_stale_results()
         h = self._solo()
@@ -299,7 +287,7 @@ class FastChecker:
         out = [(self._apply_posted(h), tag) for h, tag in zip(self.hyps, self.tags, strict=True)]
         return self._commit(out, obs, oracle.DrainSeen)
 
-    def cleanup(self, request: str, obs: Any = None) -> oracle.Violation | None:
+    def cleanup(self, request: str, obs: Any = None) -> Violation | None:
         """``cleanup(request)``: the spec's, plus (tagged) one that also deletes orphans."""
         mine = sorted(self.index.get(request, ()))
         if self._solo() is not None and self._cleanup_in_place(request, mine):
@@ -330,7 +318,7 @@ class FastChecker:
             setdefault=True,
         )
 
-    def mark_miss(self, keys: tuple[bytes, ...], obs: Any = None) -> oracle.Violation | None:
+    def mark_miss(self, keys: tuple[bytes, ...], obs: Any = None) -> Violation | None:
         """``mark_miss(keys)``: resolved probes of these keys become False."""
         for h in self.hyps:
             for key in keys:
@@ -347,7 +335,7 @@ class FastChecker:
             out.append(((nxt, *h[1:]), tag))
         return self._commit(out, obs, lambda: oracle.MarkMissSeen(keys))
 
-    def mark_present(self, keys: tuple[bytes, ...], obs: Any = None) -> oracle.Violation | None:
+    def mark_present(self, keys: tuple[bytes, ...], obs: Any = None) -> Violation | None:
         """``mark_present(keys)``: a new RESOLVED True generation, or forget an orphan."""
         out: list[tuple[H, bool]] = []
         for h, tag in zip(self.hyps, self.tags, strict=True):
@@ -364,7 +352,7 @@ class FastChecker:
             out.append(((nxt, gen, *h[2:]), tag))
         return self._commit(out, obs, lambda: oracle.MarkPresentSeen(keys))
 
-    def take_batch(self, obs: Any = None) -> oracle.Violation | None:
+    def take_batch(self, obs: Any = None) -> Violation | None:
         """The worker took a batch (recorded worker steps)."""
         h = self._solo()
         if h is not None and (nxt := _take(h)) is not None:
@@ -376,7 +364,7 @@ class FastChecker:
         ]
         return self._commit(out, obs, lambda: oracle.TakeBatchSeen(True))
 
-    def post(self, obs: Any = None) -> oracle.Violation | None:
+    def post(self, obs: Any = None) -> Violation | None:
         """The worker posted its answered results (recorded worker steps)."""
         h = self._solo()
         if h is not None and (nxt := _post(h)) is not None:
@@ -390,7 +378,7 @@ class FastChecker:
 
     def tier_call(
         self, keys: tuple[bytes, ...], request: str, answer: oracle.Answer, obs: Any = None
-    ) -> oracle.Violation | None:
+    ) -> Violation | None:
         """A tier call of the worker: the held group of ``request``, per allowed verdict."""
         wanted = sorted(keys)
         n = len(keys)
@@ -431,7 +419,7 @@ class FastChecker:
 
     def tables(
         self, keys: frozenset[bytes], requests: frozenset[str], obs: Any = None
-    ) -> oracle.Violation | None:
+    ) -> Violation | None:
         """A ``tables`` snapshot: keep the states whose probe keys and index match."""
         out: list[tuple[H, bool]] = []
         if frozenset(self.index) == requests:
@@ -567,7 +555,7 @@ class FastChecker:
     def _commit(
         self, out: list[tuple[H, bool]], obs: Any, build: Any, change: Any = None,
         setdefault: bool = False,
-    ) -> oracle.Violation | None:
+    ) -> Violation | None:
         """Make ``out`` (successors in the engine's order) the set, or hand over to the engine."""
         if len(out) == 1 and not self.hidden_worker and (not out[0][1] or all(self.tags)):
             # the common case of recorded worker steps: one state stays one (no warning due)
@@ -591,7 +579,7 @@ class FastChecker:
         if not pairs:
             return self._delegate(obs or build())
         if len(pairs) > self.max_states:
-            raise oracle.OracleLimitError(
+            raise OracleLimitError(
                 f"{len(pairs)} possible spec states after {obs or build()!r} "
                 f"(bound {self.max_states})"
             )
@@ -723,7 +711,7 @@ class FastChecker:
 
     # -- handing over to the engine --------------------------------------------------------
 
-    def _delegate(self, obs: oracle.Observation) -> oracle.Violation | None:
+    def _delegate(self, obs: oracle.Observation) -> Violation | None:
         """Let an old engine seeded with these states and notes judge ``obs``; take its states."""
         old = seeded_engine(self)
         violation = old.observe(obs)
@@ -731,17 +719,18 @@ class FastChecker:
         if violation is not None:
             self.violation = violation
             return violation
-        self.load(old)
+        self.resume(old.tagged_states(), old, stopped=old.stopped)
         return None
 
-    def load(self, old: oracle.Checker) -> None:
-        """Take the states, index and notes of an old engine as this checker's own."""
-        pairs = list(old.tagged_states().items())
+    def resume(self, states: Mapping[State, bool], notes: Notes, *, stopped: bool) -> None:
+        """Start from ``states`` (as ``tagged_states`` gives them: all share one index),
+        ``notes`` and ``stopped``; the states are factorised against the first."""
+        pairs = list(states.items())
         first = pairs[0][0]
         self.base = {k: (p.generation, _CODE[p.phase], p.verdict, p.requesters)
                      for k, p in first.probes}
         self.index = {r: set(ks) for r, ks in first.index}
-        self.stopped = old.stopped
+        self.stopped = stopped
         self.hyps, self.tags = [], []
         for state, tag in pairs:
             table = {k: (p.generation, _CODE[p.phase], p.verdict, p.requesters)
@@ -755,8 +744,7 @@ class FastChecker:
                 state.drain_due,
             ))
             self.tags.append(tag)
-        for name in self.notes():
-            setattr(self, name, getattr(old, name))
+        self.take_notes(notes)
 
 
 def seeded_engine(fast: FastChecker) -> oracle.Checker:
@@ -765,7 +753,7 @@ def seeded_engine(fast: FastChecker) -> oracle.Checker:
         hidden_worker=fast.hidden_worker, max_states=fast.max_states,
         tagged_kept=fast.tagged_kept,
     )
-    old.resume(fast.export(), fast.notes(), stopped=fast.stopped)
+    old.resume(fast.tagged_states(), fast, stopped=fast.stopped)
     return old
 
 

@@ -24,9 +24,11 @@ explains (``TraceChecker.quiescent``), the check restarts from a fresh engine:
 what follows is judged independently of what came before, which is what lets
 ``asynclookup.trace.split`` check a trace in chunks with the verdict of one pass.
 
-The fast engine (``asynclookup.observe.fast``, the default) gets the hot kinds
-of event as raw values; ``engine="old"`` feeds the conformance engine itself
-(tests/test_trace_engines.py compares the two).
+Either engine is reached through ``asynclookup.observe.interface.Engine`` only.
+The fast one (``asynclookup.observe.fast``, the default) also gets the hot kinds
+of event as raw values; ``engine="old"`` feeds the exact engine itself
+(tests/test_trace_engines.py compares the two).  Both keep to
+``asynclookup.observe.interface.TRACE_BOUNDS``.
 
 This module judges; it prints nothing (``asynclookup.trace.report`` does).
 """
@@ -39,8 +41,25 @@ from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from asynclookup.observe import engine as observe
+from asynclookup.observe.engine import Checker
 from asynclookup.observe.fast import FastChecker
+from asynclookup.observe.interface import TRACE_BOUNDS, Engine, OracleLimitError, Violation
+from asynclookup.observe.observations import (
+    Answer,
+    CleanupSeen,
+    DrainSeen,
+    FlushSeen,
+    LookupSeen,
+    MarkMissSeen,
+    MarkPresentSeen,
+    Observation,
+    PostSeen,
+    ShutdownSeen,
+    Tables,
+    TakeBatchSeen,
+    TierCallSeen,
+    WorkerDied,
+)
 from asynclookup.spec import core
 from asynclookup.spec.properties import explanation_of, kind_of, title_of
 from asynclookup.trace.format import (
@@ -54,12 +73,11 @@ from asynclookup.trace.format import (
 )
 
 Efficiency = Literal["fail", "warn"]
-Engine = Literal["fast", "old"]
-ENGINES: tuple[Engine, ...] = ("fast", "old")
+EngineName = Literal["fast", "old"]
+ENGINES: tuple[EngineName, ...] = ("fast", "old")
 TRIM_EVERY = 1024  # feeds between trims of the engine's history
 PRUNE_EVERY = 16384  # feeds between prunes of the engine's per-probe notes
 ANCHORS_KEPT = 4096  # recent quiescent points remembered for excerpts
-TAGGED_KEPT = 4  # states explained only by a wasteful cleanup, kept beside efficient ones
 
 class CheckLimitError(TraceFormatError):
     """The engine's bound on possible states was exceeded: this trace cannot be judged."""
@@ -91,19 +109,19 @@ class TraceChecker:
 
     def __init__(
         self, header: Header, *, efficiency: Efficiency = "fail",
-        max_states: int = observe.MAX_STATES, engine: Engine = "fast",
+        max_states: int = TRACE_BOUNDS.states, engine: EngineName = "fast",
     ) -> None:
         self.header = header
         self.efficiency = efficiency
         self._limits = (max_states, engine)
         self.fast: FastChecker | None = None
-        self.engine: observe.Checker | FastChecker = self._new_engine()
+        self.engine: Engine = self._new_engine()
         self.open_lookups: dict[str, TraceEvent] = {}  # thread -> its lookup_called
         self.open_calls: dict[str, TraceEvent] = {}  # thread -> its tier_call_started
         self.counts: Counter[str] = Counter()
         self.warnings: list[Found] = []
         self.found: Found | None = None
-        self.max_states = 1
+        self.peak_states = 1  # the most states possible at once so far
         # Recent quiescent points: (line, flush line to replay first or None).  After
         # such a line the check restarts from INITIAL (after that flush when a
         # drain is due), so an excerpt can begin there.
@@ -119,16 +137,15 @@ class TraceChecker:
             "take_batch": self._worker_step, "post": self._worker_step,
         }  # the result_* events never get here (``feed`` decides them first)
 
-    def _new_engine(self) -> observe.Checker | FastChecker:
+    def _new_engine(self) -> Engine:
         """A fresh engine (at the start, and at each quiescent point)."""
         max_states, engine = self._limits
         hidden = not self.header.worker_steps
+        tagged = TRACE_BOUNDS.tagged
         if engine == "fast":
-            self.fast = FastChecker(
-                hidden_worker=hidden, max_states=max_states, tagged_kept=TAGGED_KEPT
-            )
+            self.fast = FastChecker(hidden_worker=hidden, max_states=max_states, tagged_kept=tagged)
             return self.fast
-        return observe.Checker(hidden_worker=hidden, max_states=max_states, tagged_kept=TAGGED_KEPT)
+        return Checker(hidden_worker=hidden, max_states=max_states, tagged_kept=tagged)
 
     def feed(self, event: TraceEvent) -> Found | None:
         """Take one event; return the first blocking violation (then the checker is done).
@@ -152,7 +169,7 @@ class TraceChecker:
             return None
         fast = self.fast
         warned = len(self.engine.warnings)
-        violation: observe.Violation | bool | None
+        violation: Violation | bool | None
         try:
             if fast is not None:
                 handler = self._handlers.get(event.kind)
@@ -170,7 +187,7 @@ class TraceChecker:
                 if obs is None:
                     return None
                 violation = self.engine.observe(obs)
-        except observe.OracleLimitError as exc:
+        except OracleLimitError as exc:
             raise CheckLimitError(event.line, f"cannot check this trace: {exc}") from None
         if violation is not None:
             assert not isinstance(violation, bool)
@@ -187,7 +204,7 @@ class TraceChecker:
 
     # -- events to observations ------------------------------------------------------
 
-    def _observation(self, event: TraceEvent) -> observe.Observation | None:
+    def _observation(self, event: TraceEvent) -> Observation | None:
         kind, data, thread = event.kind, event.data, event.thread
         if kind in SCHEDULER_EVENTS and thread in self.open_lookups and kind != "lookup_returned":
             raise TraceFormatError(
@@ -209,7 +226,7 @@ class TraceChecker:
                     "lookup_returned without a matching lookup_called "
                     f"(same thread {thread!r}, key and request) before it",
                 )
-            return observe.LookupSeen(
+            return LookupSeen(
                 data["key"], data["request"], data["verdict"], data.get("error")
             )
         if kind == "tier_call_started":
@@ -231,37 +248,37 @@ class TraceChecker:
                     "tier_call_finished without a matching tier_call_started "
                     f"(same thread {thread!r}, keys and request) before it",
                 )
-            return observe.TierCallSeen(data["keys"], data["request"], _answer(data))
+            return TierCallSeen(data["keys"], data["request"], _answer(data))
         if kind in INTERNAL_EVENTS:
             return None
         if ACTIONS[kind] in (core.TakeBatch, core.Post):
             if not self.header.worker_steps:
                 return None
-            return observe.TakeBatchSeen(True) if kind == "take_batch" else observe.PostSeen(True)
+            return TakeBatchSeen(True) if kind == "take_batch" else PostSeen(True)
         if kind == "worker_died":
-            return observe.WorkerDied(data.get("reason") or "")
+            return WorkerDied(data.get("reason") or "")
         if kind == "tables":
-            return observe.Tables(frozenset(data["keys"]), frozenset(data["requests"]))
+            return Tables(frozenset(data["keys"]), frozenset(data["requests"]))
         error = data.get("error")
         action = ACTIONS[kind]  # the spec action this event records
         if action is core.Flush:
             self._last_flush = event.line
-            return observe.FlushSeen(error)
+            return FlushSeen(error)
         if action is core.Cleanup:
-            return observe.CleanupSeen(data["request"], error)
+            return CleanupSeen(data["request"], error)
         if action is core.MarkMiss:
-            return observe.MarkMissSeen(data["keys"], error)
+            return MarkMissSeen(data["keys"], error)
         if action is core.MarkPresent:
-            return observe.MarkPresentSeen(data["keys"], error)
+            return MarkPresentSeen(data["keys"], error)
         if action is core.Drain:
-            return observe.DrainSeen(error)
+            return DrainSeen(error)
         assert action is core.Shutdown, kind
-        return observe.ShutdownSeen(error)
+        return ShutdownSeen(error)
 
     # The hot kinds of the fast engine: the engine's steps called with raw values, after
     # the same pairing checks as ``_observation``; False: not fed to an engine.
 
-    def _lookup_returned(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | None:
+    def _lookup_returned(self, event: TraceEvent, fast: FastChecker) -> Violation | None:
         data = event.data
         called = self.open_lookups.pop(event.thread, None)
         if called is None or called.data["key"] != data["key"] or (
@@ -272,7 +289,7 @@ class TraceChecker:
             self._observation(event)  # raises the pairing error
         return fast.lookup(data["key"], data["request"], data["verdict"])
 
-    def _tier_call(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | None:
+    def _tier_call(self, event: TraceEvent, fast: FastChecker) -> Violation | None:
         data = event.data
         started = self.open_calls.pop(event.thread, None)
         if started is None or started.data["keys"] != data["keys"] or (
@@ -287,30 +304,30 @@ class TraceChecker:
         if self.open_lookups and event.thread in self.open_lookups:
             self._observation(event)  # raises the pairing error
 
-    def _flush(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | None:
+    def _flush(self, event: TraceEvent, fast: FastChecker) -> Violation | None:
         if self.open_lookups:
             self._scheduler(event)
         self._last_flush = event.line
         return fast.flush()
 
-    def _cleanup(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | None:
+    def _cleanup(self, event: TraceEvent, fast: FastChecker) -> Violation | None:
         if self.open_lookups:
             self._scheduler(event)
         return fast.cleanup(event.data["request"])
 
-    def _drain(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | None:
+    def _drain(self, event: TraceEvent, fast: FastChecker) -> Violation | None:
         self._scheduler(event)
         return fast.drain()
 
-    def _mark_miss(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | None:
+    def _mark_miss(self, event: TraceEvent, fast: FastChecker) -> Violation | None:
         self._scheduler(event)
         return fast.mark_miss(event.data["keys"])
 
-    def _mark_present(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | None:
+    def _mark_present(self, event: TraceEvent, fast: FastChecker) -> Violation | None:
         self._scheduler(event)
         return fast.mark_present(event.data["keys"])
 
-    def _worker_step(self, event: TraceEvent, fast: FastChecker) -> observe.Violation | bool | None:
+    def _worker_step(self, event: TraceEvent, fast: FastChecker) -> Violation | bool | None:
         if not self.header.worker_steps:
             return False  # hidden-mode worker steps: form only
         return fast.take_batch() if event.kind == "take_batch" else fast.post()
@@ -320,8 +337,8 @@ class TraceChecker:
     def _after(self, event: TraceEvent) -> None:
         engine = self.engine
         size = engine.size
-        if size > self.max_states:
-            self.max_states = size
+        if size > self.peak_states:
+            self.peak_states = size
         self._fed += 1
         if self.fast is not None and self.fast.index:
             pass  # a request is live: no quiescent point (the common case, decided quickly)
@@ -337,8 +354,8 @@ class TraceChecker:
                 self.anchors.append((event.line, None))
             self._restart(event.line)
             return
-        if self._fed % TRIM_EVERY == 0 and isinstance(engine, observe.Checker):
-            del engine.history[:]
+        if self._fed % TRIM_EVERY == 0:
+            engine.trim_history()
         if self._fed % PRUNE_EVERY == 0:
             engine.forget_stale_notes()
 
@@ -353,9 +370,7 @@ class TraceChecker:
 
     def drain_due(self) -> bool:
         """Whether the (first) possible state has a drain due."""
-        if self.fast is not None:
-            return self.fast.drain_due()
-        return self.engine.states[0].drain_due
+        return self.engine.drain_due()
 
     def quiescent(self) -> bool:
         """Whether the check stands at a quiescent point, where it restarts from a fresh
@@ -366,40 +381,18 @@ class TraceChecker:
         are all stale: applied to nothing, posted whenever, observed never)."""
         if self.open_lookups or self.open_calls or self.found is not None:
             return False
-        if self.fast is not None:
-            return self.fast.restartable()
-        assert isinstance(self.engine, observe.Checker)
-        return _initial_like(self.engine, not self.header.worker_steps)
-
-    def _tags(self) -> list[bool]:
-        if self.fast is not None:
-            return self.fast.tags
-        assert isinstance(self.engine, observe.Checker)
-        efficient = self.engine.efficient_states()
-        return [s not in efficient for s in self.engine.states]
+        return self.engine.restartable()
 
 
-def _initial_like(engine: observe.Checker, hidden: bool) -> bool:
-    """``TraceChecker.quiescent`` for the old engine (``FastChecker.restartable``)."""
-    states = engine.tagged_states()
-    if engine.stopped or all(states.values()) or (not hidden and len(states) > 1):
-        return False
-    return all(
-        not (s.probes or s.index or s.batch or s.queue or s.held)
-        and (hidden or not (s.answered or s.posted))
-        for s in states
-    )
-
-
-def _answer(data: dict[str, Any]) -> observe.Answer:
+def _answer(data: dict[str, Any]) -> Answer:
     """The engine's ``Answer`` for a tier_call_finished line."""
     answers = data.get("answers")
     if answers is not None:
-        return observe.Answer(tuple(answers))
+        return Answer(tuple(answers))
     failure = data["failure"]
     items = failure["items"] or ()
     raises = failure["kind"] == "raised"
-    return observe.Answer(tuple(items), raises=raises, lazy=raises and bool(items))
+    return Answer(tuple(items), raises=raises, lazy=raises and bool(items))
 
 
 @dataclass
@@ -430,7 +423,7 @@ PROGRESS_EVERY = 8192  # events between calls of a progress callback
 
 
 def check_lines(
-    lines: Iterable[bytes], *, efficiency: Efficiency = "fail", engine: Engine = "fast",
+    lines: Iterable[bytes], *, efficiency: Efficiency = "fail", engine: EngineName = "fast",
     progress: Callable[[int], None] | None = None,
 ) -> Outcome:
     """Check a trace given as raw lines; never raises for bad input (it is ``malformed``).
@@ -444,7 +437,7 @@ def check_lines(
 
 def check_items(
     items: Iterator[Header | TraceEvent], *, header: Header | None = None,
-    efficiency: Efficiency = "fail", engine: Engine = "fast",
+    efficiency: Efficiency = "fail", engine: EngineName = "fast",
     progress: Callable[[int], None] | None = None, stops: Container[int] = (),
 ) -> Outcome:
     """Check parsed items (a header first unless ``header`` is given: a file's tail).
@@ -481,7 +474,7 @@ def check_items(
         outcome.events = sum(checker.counts.values())
         outcome.counts = dict(checker.counts)
         outcome.warnings = checker.warnings
-        outcome.max_states = checker.max_states
+        outcome.max_states = checker.peak_states
         outcome.unfinished = len(checker.open_lookups) + len(checker.open_calls)
         outcome.anchors = list(checker.anchors)
         outcome.restarts = checker.restarts
@@ -493,7 +486,7 @@ def check_items(
 
 def first_found(
     header: Header, events: Iterable[TraceEvent], *, efficiency: Efficiency = "fail",
-    engine: Engine = "fast",
+    engine: EngineName = "fast",
 ) -> Found | None:
     """The first blocking violation in ``events`` (None: none, or they are not well formed)."""
     checker = TraceChecker(header, efficiency=efficiency, engine=engine)

@@ -36,9 +36,9 @@ from asynclookup.observe.engine import (
     ShutdownSeen,
     Stalled,
     TierCallSeen,
-    Violation,
     WorkerDied,
 )
+from asynclookup.observe.interface import Violation
 from asynclookup.observe.observations import Answer
 from asynclookup.spec.properties import title_of
 from asynclookup.spec.state import State

@@ -1,0 +1,165 @@
+"""What every engine of possible states offers: one interface, its bounds, its notes, its finding.
+
+Two engines keep the set of spec states consistent with what was observed:
+``asynclookup.observe.engine.Checker`` (each state a whole ``State``: exact,
+and what the oracle uses) and ``asynclookup.observe.fast.FastChecker`` (the same
+set stored per key: what the trace checker uses by default, handing rare
+cases to the exact one).  Both follow ``Engine`` below, so a caller reads
+neither's insides: it feeds observations, asks the questions of the
+interface, hands one engine's states to another with ``resume`` and lets an
+engine drop what it no longer needs with ``trim_history``.
+
+``Bounds`` names each bound an engine keeps, once; ``Notes`` is the evidence
+an engine gathers beside its states to name the property an unexplained
+observation breaks (``asynclookup.observe.classify`` reads it; it never
+decides a verdict).
+
+It imports the spec and the observations only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from asynclookup.observe.observations import Observation
+from asynclookup.spec.core import State
+from asynclookup.spec.errors import AsyncLookupError
+from asynclookup.spec.properties import kind_of, title_of
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What an engine keeps at most; each field bounds one thing."""
+
+    # possible spec states; beyond it the engine raises ``OracleLimitError``
+    states: int = 10_000
+    # states explained only by a wasteful cleanup (tagged: they break property 8 only),
+    # kept beside the efficient ones; they only let a property-8 finding be named so
+    tagged: int = 16
+
+
+ORACLE_BOUNDS = Bounds()
+# A trace runs for millions of events with a hidden worker; fewer tagged states make
+# every event cheaper, and the untagged ones alone decide safety.
+TRACE_BOUNDS = Bounds(tagged=4)
+
+
+class OracleLimitError(AsyncLookupError, RuntimeError):
+    """The set of possible states outgrew its bound: the oracle cannot judge this run."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    """An observation that no spec state explains, and the property that excludes it.
+
+    ``number``: the PROTOCOL.md property (None: a usage error, a call after
+    shutdown that did not raise the closed-manager error).  ``states``: a few of
+    the spec states that were still possible just before ``observation``.
+    """
+
+    number: int | None
+    detail: str
+    index: int  # the observation's position in the checker's history
+    observation: Observation
+    states: tuple[State, ...]
+
+    @property
+    def kind(self) -> str:
+        """``safety``, ``efficiency`` (property 8) or ``usage``."""
+        return kind_of(self.number)
+
+    @property
+    def title(self) -> str:
+        """E.g. ``property 1 (no cleaned-up entry is submitted)``."""
+        return title_of(self.number)
+
+
+class Notes:
+    """The classification notes an engine keeps as its own attributes (a base class).
+
+    Context for naming a property, never for deciding one: (key, generation) of
+    probes answered by a faulty tier call (with the value the tier gave at the
+    key's position, ``classify.NO_VALUE`` for none) and of unresolved probes a
+    mark_miss named; whether the last flush, or any, dropped stale entries in
+    some state, and which (key, request) entries; probes a stale result could hit.
+    """
+
+    def __init__(self) -> None:
+        self.faulty: dict[tuple[bytes, int], object] = {}
+        self.missed: set[tuple[bytes, int]] = set()
+        self.flush_dropped = False  # the last flush dropped stale entries in some state
+        self.dropped: set[tuple[bytes, str]] = set()  # (key, request) of entries dropped so far
+        self.ever_dropped = False  # some flush did
+        self.stale: set[tuple[bytes, int]] = set()  # a probe that a stale result could hit
+
+    def take_notes(self, other: Notes) -> None:
+        """Hold ``other``'s notes (the same containers: one engine takes over another)."""
+        self.faulty, self.missed, self.stale = other.faulty, other.missed, other.stale
+        self.flush_dropped, self.ever_dropped = other.flush_dropped, other.ever_dropped
+        self.dropped = other.dropped
+
+    def _note_flush(self, dropped: set[tuple[bytes, str]]) -> None:
+        """A flush dropped these (key, request) entries in some state (maybe none)."""
+        self.flush_dropped = bool(dropped)
+        self.dropped |= dropped
+        self.ever_dropped = self.ever_dropped or self.flush_dropped
+
+    def _has_probe_notes(self) -> bool:
+        return bool(self.faulty or self.missed or self.dropped)
+
+    def _keep_notes_on(self, live: set[tuple[bytes, int]]) -> None:
+        """Drop the notes on (key, generation) pairs, and keys, outside ``live``."""
+        self.faulty = {kg: v for kg, v in self.faulty.items() if kg in live}
+        self.missed &= live
+        keys = {key for key, _ in live}
+        self.dropped = {(key, request) for key, request in self.dropped if key in keys}
+
+
+class Engine(Protocol):
+    """What the trace checker, the oracle and one engine taking over another read."""
+
+    hidden_worker: bool
+    max_states: int
+    tagged_kept: int
+    violation: Violation | None
+    warnings: list[Violation]
+    stopped: bool
+
+    @property
+    def size(self) -> int:
+        """How many states are possible."""
+        ...
+
+    def observe(self, obs: Observation) -> Violation | None:
+        """Take one observation; the violation if no possible state explains it."""
+        ...
+
+    def tagged_states(self) -> dict[State, bool]:
+        """The possible states in the engine's order, each -> tagged (wasteful cleanup)."""
+        ...
+
+    def resume(self, states: Mapping[State, bool], notes: Notes, *, stopped: bool) -> None:
+        """Start from ``states`` (as ``tagged_states`` gives them), ``notes`` and ``stopped``."""
+        ...
+
+    def expects_empty(self) -> bool:
+        """Whether no possible state holds anything (property 5's quiescent point)."""
+        ...
+
+    def restartable(self) -> bool:
+        """Whether the set explains exactly what the initial state explains."""
+        ...
+
+    def drain_due(self) -> bool:
+        """Whether the first possible state has a drain due."""
+        ...
+
+    def forget_stale_notes(self) -> None:
+        """Drop the notes on probes no possible state holds."""
+        ...
+
+    def trim_history(self) -> None:
+        """Forget the observations kept so far (a long run would otherwise grow them)."""
+        ...
