@@ -146,7 +146,7 @@ def _variants_block() -> str:
     for name, variant in all_variants().items():
         v = counterexample(name)
         where = "shipped" if variant.shipped else "ours"
-        reported = f"{v.number} `{v.property}`" if v.number else f"`{v.property}`"
+        reported = f"{v.number} `{v.predicate}`" if v.number else f"`{v.predicate}`"
         breaks = ", ".join(map(str, variant.breaks))
         lines.append(
             f"| `{name}` ({where}) | {variant.bug} | {breaks} | {reported} | {len(v.trace)} |"

@@ -6,6 +6,8 @@ wrong, the shipped bug it exists because of, and the predicates that state it.
 ``title_of`` and ``kind_of`` also name the two findings that are not a
 numbered property: an action of the spec that raised (number 0, the model
 checker's) and a usage error (None: a call after shutdown that did not fail).
+``Finding`` is what every checker reports: a number and a detail, which each
+checker extends with its own evidence.
 
 The predicates come in two kinds, after stateright: ``ALWAYS`` holds of every reachable state
 (``*_inv`` predicates over one ``State``) or of every step (predicates over
@@ -399,6 +401,40 @@ def explanation_of(number: int | None) -> str:
     if number == CRASH:
         return "An action of the spec raised instead of returning: the table is broken."
     return PROPERTIES[number].explanation
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A broken property as every checker reports it, and writes it in ``--json``.
+
+    ``number``: the PROTOCOL.md property (None: a usage error; ``CRASH``: an
+    action of the spec raised).  ``detail``: the checker's one-line diagnosis.
+    Each checker extends it with its own evidence: the model checker's trace
+    and predicate, the oracle's observation and states, the trace checker's event.
+    """
+
+    number: int | None
+    detail: str
+
+    @property
+    def title(self) -> str:
+        """E.g. ``property 1 (no cleaned-up entry is submitted)``."""
+        return title_of(self.number)
+
+    @property
+    def kind(self) -> str:
+        """``safety``, ``efficiency`` (property 8), ``usage`` or ``crash``."""
+        return kind_of(self.number)
+
+    @property
+    def explanation(self) -> str:
+        """What breaking it means, in plain words."""
+        return explanation_of(self.number)
+
+    def as_json(self) -> dict[str, object]:
+        """The fields every command's ``--json`` writes for a finding (docs/json.md)."""
+        return {"property": self.number, "title": self.title, "kind": self.kind,
+                "detail": self.detail}
 
 
 def quiescent(state: State) -> bool:

@@ -65,7 +65,8 @@ def test_json_violation_carries_the_trace(capsys: pytest.CaptureFixture[str]) ->
     code, out, _ = _run(capsys, "--keys", "1", "--requests", "1", "--json",
                         "--variant", "flush-no-revalidate")
     violation = json.loads(out)["violation"]
-    assert code == 1 and violation["number"] == 1
+    assert code == 1 and violation["property"] == 1
+    assert violation["predicate"] == "flush_submits_only_live_entries"
     assert [s["action"].split(" ")[0] for s in violation["trace"]] == [
         "lookup(k0,", "cleanup(A)", "flush"
     ]

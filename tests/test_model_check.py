@@ -178,7 +178,7 @@ def test_each_variant_is_found(name: str) -> None:
 def test_progress_violation_names_a_stuck_state() -> None:
     """A worker that never posts is reported as a progress violation with stuck states."""
     r = check(SMALL, VARIANTS["worker-never-posts"].table)
-    assert r.violation is not None and r.violation.property == PROGRESS
+    assert r.violation is not None and r.violation.predicate == PROGRESS
     assert r.fixpoint and r.stuck > 0
 
 
@@ -192,7 +192,7 @@ def test_an_action_that_raises_is_a_violation() -> None:
         **TRANSITIONS, Drain: TRANSITIONS[Drain]._replace(apply=drain_raising)
     }
     v = check(SMALL, table).violation
-    assert v is not None and v.property == CRASH and "planted" in v.doc
+    assert v is not None and v.predicate == CRASH and "planted" in v.detail
     assert [s.action for s in v.trace] == [Drain()]
 
 
@@ -262,7 +262,7 @@ def test_reductions_keep_shortest_counterexamples(name: str) -> None:
     table = VARIANTS[name].table
     found = [check(SMALL, table, reductions=r).violation for r in (Reductions.none(), None)]
     assert found[0] is not None and found[1] is not None
-    assert (found[0].property, len(found[0].trace)) == (found[1].property, len(found[1].trace))
+    assert (found[0].predicate, len(found[0].trace)) == (found[1].predicate, len(found[1].trace))
 
 
 def test_memo_agrees_with_direct_evaluation() -> None:
@@ -447,7 +447,7 @@ def test_pure_python_kernel_gives_the_same_search() -> None:
         "out = [(r.visited_impl, r.states, r.transitions, r.depth, r.holds) for r in "
         "(check(Bounds(1, 2)), check(Bounds(2, 1)))]\n"
         "v = check(Bounds(1, 1), VARIANTS['flush-no-revalidate'].table).violation\n"
-        "print(json.dumps([out, v.property, len(v.trace)]))\n"
+        "print(json.dumps([out, v.predicate, len(v.trace)]))\n"
     )
     env = {**os.environ, "ASYNCLOOKUP_PURE_PYTHON": "1"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
@@ -459,7 +459,7 @@ def test_pure_python_kernel_gives_the_same_search() -> None:
     assert [p[0] for p in pure] == ["pure-python"] * 2
     assert [p[1:] for p in pure] == [h[1:] for h in here]
     v = check(Bounds(1, 1), VARIANTS["flush-no-revalidate"].table).violation
-    assert v is not None and (prop, steps) == (v.property, len(v.trace))
+    assert v is not None and (prop, steps) == (v.predicate, len(v.trace))
 
 
 def test_keys_widen_when_an_id_outgrows_the_narrow_layout(
@@ -503,7 +503,7 @@ def test_hash_compaction_catches_broken_variants(name: str) -> None:
     table = VARIANTS[name].table
     full, compact = check(bounds, table), check(bounds, table, hash_compaction=True)
     assert full.violation is not None and compact.violation is not None
-    assert compact.violation.property == full.violation.property
+    assert compact.violation.predicate == full.violation.predicate
     assert compact.violation.trace == full.violation.trace
 
 

@@ -59,7 +59,7 @@ def test_reduced_search_finds_every_violation_of_the_full_search(name: str) -> N
             continue
         reduced = check(bounds, table, properties=[prop], shortest=False)
         assert reduced.violation is not None, prop
-        assert reduced.violation.property == prop
+        assert reduced.violation.predicate == prop
         found.append(prop)
     assert found, "the variant breaks nothing within these bounds"
 

@@ -318,10 +318,7 @@ def _violation_json(violation: Violation, calls: Sequence[Call]) -> dict[str, An
     from asynclookup.spec.core import describe
 
     return {
-        "property": violation.number,
-        "kind": violation.kind,
-        "title": violation.title,
-        "detail": violation.detail,
+        **violation.as_json(),
         "calls": [{"call": c.text, "replay": c.source, "tier": c.notes} for c in calls],
         "states": [describe(s) for s in violation.states],
     }

@@ -31,7 +31,7 @@ from asynclookup.spec.core import (
     Transition,
     group_of,
 )
-from asynclookup.spec.properties import ALWAYS, Predicate, violated
+from asynclookup.spec.properties import ALWAYS, Finding, Predicate, violated
 
 Table = Mapping[type, Transition]
 CRASH = "action_raised"
@@ -49,13 +49,14 @@ class TraceStep(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Violation:
-    """A broken property and the shortest trace from INITIAL that breaks it."""
+class Violation(Finding):
+    """A broken property and the shortest trace from INITIAL that breaks it.
 
-    property: str
-    number: int  # PROTOCOL.md property number; 0 for an action that raised
-    doc: str
-    efficiency: bool
+    ``number``: the PROTOCOL.md property, 0 for an action that raised;
+    ``detail``: the broken predicate's docstring (for a crash, the exception).
+    """
+
+    predicate: str  # the predicate broken; PROGRESS or CRASH for those two
     trace: tuple[TraceStep, ...]
     then: tuple[TraceStep, ...] = ()  # what the worker does next, after a bad flush
     also: tuple[str, ...] = ()  # other properties the last step breaks
@@ -103,10 +104,10 @@ class Replay:
         prop = _BY_NAME.get(name)
         if prop is not None:
             doc = " ".join((getattr(prop.state or prop.step, "__doc__", "") or "").split())
-            return Violation(name, prop.number, doc, prop.efficiency, tuple(trace), then, also)
+            return Violation(prop.number, doc, name, tuple(trace), then, also)
         if name == PROGRESS:
-            return Violation(name, 6, PROGRESS_DOC, False, tuple(trace), then)
-        return Violation(CRASH, 0, name, False, tuple(trace), then)
+            return Violation(6, PROGRESS_DOC, name, tuple(trace), then)
+        return Violation(0, name, CRASH, tuple(trace), then)
 
     def _concrete(self, state: State, number: int, target: Ids, broken: str | None) -> TraceStep:
         """A step from ``state`` of the same kind as action ``number`` that reaches

@@ -33,7 +33,7 @@ from asynclookup.spec.core import (
     TakeBatch,
     TierCall,
 )
-from asynclookup.spec.properties import CRASH, title_of
+from asynclookup.spec.properties import CRASH
 
 DOT_LIMIT = 1000  # states; beyond this a drawing is unreadable
 
@@ -119,9 +119,9 @@ def _trace_lines(steps: Iterable[TraceStep], before: State, first: int) -> list[
 def violation_lines(violation: Violation) -> list[str]:
     """The violated property and its shortest counterexample, step by step."""
     what = (
-        f"{title_of(CRASH)}: {violation.doc}"
+        f"{violation.title}: {violation.detail}"
         if violation.number == CRASH
-        else f"{title_of(violation.number)}, predicate {violation.property}: {violation.doc}"
+        else f"{violation.title}, predicate {violation.predicate}: {violation.detail}"
     )
     lines = [f"VIOLATION of {what}"]
     if violation.also:
@@ -132,7 +132,7 @@ def violation_lines(violation: Violation) -> list[str]:
     initial = State()
     lines.append(f"         {state_text(initial)}")
     lines += _trace_lines(violation.trace, initial, 1)
-    if violation.property.startswith("progress"):
+    if violation.predicate.startswith("progress"):
         lines.append("  from this state no quiescent state is reachable (without shutdown)")
     else:
         lines[-2] += "   <- breaks it"
@@ -251,8 +251,8 @@ def as_json(result: CheckResult, variant: str | None, peak_mb: float) -> dict[st
     if v is not None:
         last = v.trace[-1].state if v.trace else State()
         data["violation"] = {
-            "property": v.property, "number": v.number, "doc": v.doc,
-            "efficiency": v.efficiency, "also": list(v.also),
+            **v.as_json(), "predicate": v.predicate,
+            "efficiency": v.kind == "efficiency", "also": list(v.also),
             "trace": _steps_json(v.trace, State()),
             "then": _steps_json(v.then, last),
         }

@@ -26,7 +26,7 @@ from typing import Protocol
 from asynclookup.observe.observations import Observation
 from asynclookup.spec.core import State
 from asynclookup.spec.errors import AsyncLookupError
-from asynclookup.spec.properties import kind_of, title_of
+from asynclookup.spec.properties import Finding
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class OracleLimitError(AsyncLookupError, RuntimeError):
 
 
 @dataclass(frozen=True)
-class Violation:
+class Violation(Finding):
     """An observation that no spec state explains, and the property that excludes it.
 
     ``number``: the PROTOCOL.md property (None: a usage error, a call after
@@ -59,21 +59,9 @@ class Violation:
     the spec states that were still possible just before ``observation``.
     """
 
-    number: int | None
-    detail: str
     index: int  # the observation's position in the checker's history
     observation: Observation
     states: tuple[State, ...]
-
-    @property
-    def kind(self) -> str:
-        """``safety``, ``efficiency`` (property 8) or ``usage``."""
-        return kind_of(self.number)
-
-    @property
-    def title(self) -> str:
-        """E.g. ``property 1 (no cleaned-up entry is submitted)``."""
-        return title_of(self.number)
 
 
 class Notes:

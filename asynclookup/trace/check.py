@@ -61,7 +61,7 @@ from asynclookup.observe.observations import (
     WorkerDied,
 )
 from asynclookup.spec import core
-from asynclookup.spec.properties import explanation_of, kind_of, title_of
+from asynclookup.spec.properties import Finding
 from asynclookup.trace.format import (
     ACTIONS,
     INTERNAL_EVENTS,
@@ -84,24 +84,10 @@ class CheckLimitError(TraceFormatError):
 
 
 @dataclass(frozen=True)
-class Found:
-    """A property broken at one event."""
+class Found(Finding):
+    """A property broken at one event (``number`` None: a usage error)."""
 
-    number: int | None  # the PROTOCOL.md property; None: a usage error
-    detail: str  # the engine's diagnosis, one line
     event: TraceEvent
-
-    @property
-    def kind(self) -> str:
-        return kind_of(self.number)
-
-    @property
-    def title(self) -> str:
-        return title_of(self.number)
-
-    @property
-    def explanation(self) -> str:
-        return explanation_of(self.number)
 
 
 class TraceChecker:
@@ -194,7 +180,8 @@ class TraceChecker:
             self.found = Found(violation.number, violation.detail, event)
             return self.found
         if len(self.engine.warnings) > warned:
-            found = Found(8, self.engine.warnings[-1].detail, event)
+            warning = self.engine.warnings[-1]  # property 8
+            found = Found(warning.number, warning.detail, event)
             if self.efficiency == "fail":
                 self.found = found
                 return found

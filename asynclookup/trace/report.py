@@ -249,8 +249,7 @@ def _found_json(found: Found) -> dict[str, Any]:
     e = found.event
     return {
         "line": e.line, "seq": e.seq, "event": e.kind, "thread": e.thread,
-        "property": found.number, "title": found.title, "kind": found.kind,
-        "detail": found.detail, "explanation": found.explanation,
+        **found.as_json(), "explanation": found.explanation,
     }
 
 
