@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from asynclookup import cli
-from asynclookup._args import Subparsers
+from asynclookup._cli import Subparsers
 
 TINY = ["--keys", "1", "--requests", "1", "--batch-entries", "1", "--queued-batches", "1",
         "--posted-results", "1"]

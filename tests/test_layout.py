@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,14 +17,14 @@ PACKAGE = ROOT / "asynclookup"
 ALLOWED: dict[str, tuple[str, ...]] = {
     "asynclookup.spec": (),
     "asynclookup.reference": ("redis",),
-    "asynclookup.modelcheck": ("asynclookup.spec", "asynclookup._args"),
+    "asynclookup.modelcheck": ("asynclookup.spec", "asynclookup._cli"),
     "asynclookup.observe": ("asynclookup.spec",),
     "asynclookup.conformance": (
-        "asynclookup.spec", "asynclookup.observe", "asynclookup.reference", "asynclookup._args",
+        "asynclookup.spec", "asynclookup.observe", "asynclookup.reference", "asynclookup._cli",
         "hypothesis", "redis",
     ),
-    "asynclookup.trace": ("asynclookup.spec", "asynclookup.observe", "asynclookup._args"),
-    "asynclookup._args": ("asynclookup.spec",),
+    "asynclookup.trace": ("asynclookup.spec", "asynclookup.observe", "asynclookup._cli"),
+    "asynclookup._cli": ("asynclookup.spec",),
 }
 TOOLS_ABOVE = (
     "asynclookup.modelcheck", "asynclookup.observe", "asynclookup.conformance", "asynclookup.trace",
@@ -167,3 +168,39 @@ def test_no_engine_twin_outside_observe() -> None:
                 if {"observe", "resume"} <= methods and _part(module) != "asynclookup.observe":
                     twins.append(f"{module}.{node.name}")
     assert not twins, twins
+
+
+def _defined_classes() -> Iterator[tuple[str, type]]:
+    """Every class each module of the package (reference/ aside) defines, imported."""
+    for module in sorted(MODULES):
+        if _part(module) == "asynclookup.reference":
+            continue
+        loaded = importlib.import_module(module)
+        for value in vars(loaded).values():
+            if isinstance(value, type) and value.__module__ == module:
+                yield module, value
+
+
+def test_every_exception_is_under_the_root() -> None:
+    """Every exception a tool defines derives from AsyncLookupError: one ``except`` catches all.
+
+    (A BaseException that is not an Exception is a signal, not an error: the
+    campaign's stop is a KeyboardInterrupt so that Hypothesis lets it through.)
+    """
+    from asynclookup.spec.errors import AsyncLookupError
+
+    outside = [f"{m}.{c.__name__}" for m, c in _defined_classes()
+               if issubclass(c, Exception) and not issubclass(c, AsyncLookupError)]
+    assert not outside, outside
+
+
+def test_one_exit_code_table() -> None:
+    """Only asynclookup._cli defines exit codes (names EXIT_*); every command uses that table."""
+    owners = set()
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+            if any(name.startswith("EXIT_") for name in names):
+                owners.add(module)
+    assert owners == {"asynclookup._cli"}, owners

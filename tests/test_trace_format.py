@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from asynclookup.trace import format as format_module
+from asynclookup.trace.cli import run
 from asynclookup.trace.format import (
     EVENTS,
     Header,
@@ -22,7 +23,6 @@ from asynclookup.trace.format import (
     parse_event,
     read_trace,
 )
-from asynclookup.trace.report import run
 from asynclookup.trace.schema import build_schema, schema_text
 
 HEADER = (

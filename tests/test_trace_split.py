@@ -16,7 +16,7 @@ import pytest
 
 from asynclookup.cli import main
 from asynclookup.trace.check import ENGINES, Outcome, check_lines
-from asynclookup.trace.report import run, run_chunk
+from asynclookup.trace.cli import run, run_chunk
 from asynclookup.trace.split import candidates, parallel, plan
 
 TRACES = Path(__file__).parent / "traces"

@@ -22,7 +22,7 @@ are fresh interpreters (``python -c WORKER_CODE``: no fork of a process that
 has threads, and no re-import of the caller's ``__main__``) with two pipes
 each, ``multiprocessing.connection`` on both ends: the job and then ``stop``
 go in; counts every ``REPORT_EVERY`` seconds, and one last message, come out.
-``ProgressLine`` draws the live line on a terminal (stderr) from those counts.
+``render`` writes the text of the live line (``asynclookup._cli.LiveLine``) from those counts.
 
 It does not judge or shrink by itself (``machine`` and ``replay`` do), print a
 report (``asynclookup.conformance.cli`` does), or restart a dead worker.
@@ -35,7 +35,6 @@ import logging
 import multiprocessing.connection
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -44,13 +43,13 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
-from typing import Any, TextIO
+from typing import Any
 
 from hypothesis.control import current_build_context
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.errors import InvalidArgument
 
-from asynclookup._args import parse_duration, parse_workers
+from asynclookup._cli import parse_duration, parse_workers
 from asynclookup.conformance.driver import ConformanceError
 from asynclookup.conformance.machine import FuzzConfig, Stats, conformance_error_in, run
 from asynclookup.conformance.replay import shrink
@@ -488,36 +487,6 @@ def _now() -> float:
 # -- the live line -------------------------------------------------------------------
 
 
-class ProgressLine:
-    """The live status line on a terminal, redrawn in place at most every ``every`` s.
-
-    ``[ 42%] 84/200 examples | 12,345 steps | 3,210 steps/s | 2/2 workers | 0:00:12``
-    """
-
-    def __init__(self, stream: TextIO, every: float = 0.25) -> None:
-        self.stream = stream
-        self.every = every
-        self.shown = False
-        self.last = 0.0
-
-    def __call__(self, p: Progress) -> None:
-        now = time.monotonic()
-        if now - self.last < self.every:
-            return
-        self.last = now
-        width = shutil.get_terminal_size((100, 24)).columns - 1
-        self.stream.write("\r" + render(p)[:width] + "\033[K")
-        self.stream.flush()
-        self.shown = True
-
-    def clear(self) -> None:
-        """Erase the line (before the report is printed)."""
-        if self.shown:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
-            self.shown = False
-
-
 def render(p: Progress) -> str:
     """The text of the live line for ``p``."""
     fraction = p.fraction
@@ -534,6 +503,6 @@ def _clock(seconds: float) -> str:
 
 
 __all__ = [
-    "Campaign", "Outcome", "Progress", "ProgressLine", "WorkerReport",
+    "Campaign", "Outcome", "Progress", "WorkerReport",
     "open_database", "parse_duration", "parse_workers", "render", "run_campaign",
 ]

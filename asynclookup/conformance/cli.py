@@ -26,7 +26,17 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from asynclookup._args import integer, parse_duration, parse_workers, positive_int
+from asynclookup._cli import (
+    EXIT_HOLDS,
+    EXIT_INCOMPLETE,
+    EXIT_VIOLATION,
+    LiveLine,
+    UsageError,
+    integer,
+    parse_duration,
+    parse_workers,
+    positive_int,
+)
 from asynclookup.conformance.driver import (
     NOT_REPRODUCIBLE,
     Call,
@@ -45,12 +55,12 @@ if TYPE_CHECKING:  # at run time these load Hypothesis, which only ``fuzz`` need
 
     from asynclookup.conformance.machine import FuzzConfig, Stats
 
-EXIT_CLEAN, EXIT_VIOLATION, EXIT_USAGE, EXIT_LIMIT = 0, 1, 2, 3
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
-class _BadArgument(Exception):
-    """One line saying which argument is wrong and why."""
+def _bad(why: str) -> UsageError:
+    """The usage error of ``fuzz``: one line saying which argument is wrong and why."""
+    return UsageError(f"asynclookup fuzz: {why}")
 
 
 def register(subparsers: Any) -> None:
@@ -129,19 +139,16 @@ def _duration(text: str) -> float:
 
 def run_fuzz(args: argparse.Namespace) -> int:
     """Fuzz as ``args`` say; print the outcome; return the exit code."""
-    try:
-        config, database = _configure(args)
-    except _BadArgument as exc:
-        print(f"asynclookup fuzz: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    from asynclookup.conformance.campaign import Campaign, ProgressLine, run_campaign
+    config, database = _configure(args)
+    from asynclookup.conformance.campaign import Campaign, render, run_campaign
 
-    line = ProgressLine(sys.stderr) if sys.stderr.isatty() and not args.quiet else None
+    line = LiveLine.on(sys.stderr, quiet=args.quiet)
     examples = args.examples if args.examples is not None else (None if args.duration else 200)
     campaign = Campaign(config, workers=args.workers, examples=examples,
                         duration=args.duration, seed=args.seed, db=args.db, steps=args.steps)
     try:
-        outcome = run_campaign(campaign, database=database, progress=line)
+        outcome = run_campaign(campaign, database=database,
+                               progress=None if line is None else (lambda p: line.show(render(p))))
     finally:
         if line is not None:
             line.clear()
@@ -150,7 +157,7 @@ def run_fuzz(args: argparse.Namespace) -> int:
     if outcome.failure is not None or outcome.limit is not None:
         why = outcome.failure or f"the oracle gave up: {outcome.limit}"
         print(f"asynclookup fuzz: {why}", file=sys.stderr)
-        return EXIT_LIMIT
+        return EXIT_INCOMPLETE
     stats, error, seconds = outcome.stats, outcome.error, outcome.seconds
     replay = None
     if error is not None and args.replay_out:
@@ -179,7 +186,7 @@ def run_fuzz(args: argparse.Namespace) -> int:
             print(_coverage(config, stats))
     if error is not None:
         return EXIT_VIOLATION
-    return EXIT_LIMIT if outcome.lost else EXIT_CLEAN  # a lost worker: the run is incomplete
+    return EXIT_INCOMPLETE if outcome.lost else EXIT_HOLDS  # a lost worker: incomplete
 
 
 def _regression_command(args: argparse.Namespace) -> str:
@@ -207,36 +214,36 @@ def _configure(args: argparse.Namespace) -> tuple[FuzzConfig, ExampleDatabase | 
                 verdicts=args.verdicts, tables=args.tables or (),
             )
         except ValueError as exc:
-            raise _BadArgument(str(exc)) from None
+            raise _bad(str(exc)) from None
         args.target, args.mode = PREFIX + spec, "threaded"
     else:
         shaped = [f for f, v in (("--method", args.method), ("--cleanup-arg", args.cleanup_arg),
                                  ("--verdicts", args.verdicts), ("--tables", args.tables)) if v]
         if shaped:
-            raise _BadArgument(f"{shaped[0]} is an option of --impl (a vLLM-shaped class)")
+            raise _bad(f"{shaped[0]} is an option of --impl (a vLLM-shaped class)")
     try:
         load_target(args.target)
     except ValueError as exc:
         flag = "" if args.target.startswith("impl:") else "--target: "
-        raise _BadArgument(f"{flag}{exc}") from None
+        raise _bad(f"{flag}{exc}") from None
     redis_url = args.redis_url or os.environ.get("ASYNCLOOKUP_REDIS_URL") or DEFAULT_REDIS_URL
     if args.tier == "redis":
         _reachable(redis_url, "--tier redis")
     if args.regression_out is not None:
         parent = os.path.dirname(os.path.abspath(args.regression_out))
         if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-            raise _BadArgument(f"--regression-out: cannot write {args.regression_out!r}")
+            raise _bad(f"--regression-out: cannot write {args.regression_out!r}")
         why = unsupported({"target": args.target, "tier": args.tier})
         if why is not None:
-            raise _BadArgument(why)
+            raise _bad(why)
     if args.replay_out is not None:
         parent = os.path.dirname(os.path.abspath(args.replay_out))
         if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-            raise _BadArgument(f"--replay-out: cannot write {args.replay_out!r}")
+            raise _bad(f"--replay-out: cannot write {args.replay_out!r}")
     try:
         faults = faults_text(args.faults)
     except ValueError as exc:
-        raise _BadArgument(f"--faults: {exc}") from None
+        raise _bad(f"--faults: {exc}") from None
     from asynclookup.conformance.machine import FuzzConfig
 
     config = FuzzConfig(
@@ -256,24 +263,24 @@ def _database(where: str | None) -> ExampleDatabase | None:
         _reachable(where, "--db")
         return open_database(where)
     if os.path.exists(where) and not os.path.isdir(where):
-        raise _BadArgument(f"--db: {where!r} exists and is not a directory")
+        raise _bad(f"--db: {where!r} exists and is not a directory")
     parent = os.path.dirname(os.path.abspath(where))
     if not os.path.isdir(parent):
-        raise _BadArgument(f"--db: the parent directory of {where!r} does not exist")
+        raise _bad(f"--db: the parent directory of {where!r} does not exist")
     return open_database(where)
 
 
 def _reachable(url: str, flag: str) -> None:
-    """Raise _BadArgument unless a Redis server answers PING at ``url``."""
+    """Raise a usage error unless a Redis server answers PING at ``url``."""
     if importlib.util.find_spec("redis") is None:
-        raise _BadArgument(f"{flag}: redis-py is not installed (pip install 'asynclookup[redis]')")
+        raise _bad(f"{flag}: redis-py is not installed (pip install 'asynclookup[redis]')")
     import redis
 
     try:
         redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0).ping()
     except (redis.RedisError, ValueError, OSError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise _BadArgument(f"{flag}: cannot reach Redis at {url!r}: {reason}") from None
+        raise _bad(f"{flag}: cannot reach Redis at {url!r}: {reason}") from None
 
 
 def _describe(config: FuzzConfig) -> str:

@@ -14,10 +14,11 @@ import os
 import resource
 import sys
 
-from asynclookup._args import (
+from asynclookup._cli import (
     EXIT_HOLDS,
     EXIT_INCOMPLETE,
     EXIT_VIOLATION,
+    LiveLine,
     Subparsers,
     UsageError,
     positive_float,
@@ -103,11 +104,9 @@ def register(subparsers: Subparsers) -> None:
     p.set_defaults(run=run_model_check)
 
 
-def _progress_line(states: int, depth: int, elapsed: float) -> None:
+def _progress_text(states: int, depth: int, elapsed: float) -> str:
     rate = states / elapsed if elapsed > 0 else 0.0
-    line = f"  {states:,} states  depth {depth}  {rate:,.0f} states/s  {elapsed:.0f} s "
-    sys.stderr.write("\r" + line)
-    sys.stderr.flush()
+    return f"  {states:,} states  depth {depth}  {rate:,.0f} states/s  {elapsed:.0f} s "
 
 
 def run_model_check(args: argparse.Namespace) -> int:
@@ -126,14 +125,19 @@ def run_model_check(args: argparse.Namespace) -> int:
         raise UsageError("asynclookup model-check: --dot needs every state: "
                          "drop --hash-compaction")
     table = VARIANTS[args.variant].table if args.variant else TRANSITIONS
-    live = sys.stderr.isatty()
+    line = LiveLine.on(sys.stderr)
+
+    def progress(states: int, depth: int, elapsed: float) -> None:
+        if line is not None:
+            line.show(_progress_text(states, depth, elapsed))
+
     result = check(
         bounds, table, reductions=args.reductions, max_states=args.max_states,
-        max_seconds=args.max_seconds, on_progress=_progress_line if live else None,
+        max_seconds=args.max_seconds, on_progress=None if line is None else progress,
         keep_graph=args.dot is not None, hash_compaction=args.hash_compaction,
     )
-    if live:
-        sys.stderr.write("\r\033[K")
+    if line is not None:
+        line.clear()
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if args.json:
         print(json.dumps(_report.as_json(result, args.variant, peak_mb)))

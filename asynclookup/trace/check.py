@@ -30,7 +30,7 @@ of event as raw values; ``engine="old"`` feeds the exact engine itself
 (tests/test_trace_engines.py compares the two).  Both keep to
 ``asynclookup.observe.interface.TRACE_BOUNDS``.
 
-This module judges; it prints nothing (``asynclookup.trace.report`` does).
+This module judges; it prints nothing (``asynclookup.trace.cli`` does).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from asynclookup._cli import EXIT_HOLDS, EXIT_USAGE, EXIT_VIOLATION
 from asynclookup.observe.engine import Checker
 from asynclookup.observe.fast import FastChecker
 from asynclookup.observe.interface import TRACE_BOUNDS, Engine, OracleLimitError, Violation
@@ -403,7 +404,8 @@ class Outcome:
 
     @property
     def exit_code(self) -> int:
-        return {"conforming": 0, "violation": 1, "malformed": 2}[self.result]
+        return {"conforming": EXIT_HOLDS, "violation": EXIT_VIOLATION,
+                "malformed": EXIT_USAGE}[self.result]
 
 
 PROGRESS_EVERY = 8192  # events between calls of a progress callback

@@ -30,6 +30,7 @@ from itertools import islice
 from typing import Any, NamedTuple
 
 from asynclookup.spec import core
+from asynclookup.spec.errors import AsyncLookupError
 
 FORMAT = "asynclookup-trace"
 VERSION = 1
@@ -37,7 +38,7 @@ _HEX = re.compile(r"(?:[0-9a-fA-F]{2})*")
 FAILURE_KINDS = ("raised", "short", "long", "non_bool")
 
 
-class TraceFormatError(ValueError):
+class TraceFormatError(AsyncLookupError, ValueError):
     """The input is not a well-formed trace: ``line`` (1-based, 0: the whole file) and why."""
 
     def __init__(self, line: int, message: str) -> None:

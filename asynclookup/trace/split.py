@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from asynclookup.spec.errors import AsyncLookupError
 from asynclookup.trace.check import Efficiency, Found, Outcome, check_items
 from asynclookup.trace.format import (
     Header,
@@ -200,7 +201,7 @@ def _plain(data: dict[str, Any]) -> dict[str, Any]:
 # -- merging ----------------------------------------------------------------------------
 
 
-class PartError(ValueError):
+class PartError(AsyncLookupError, ValueError):
     """Chunk results that do not belong together (or to this file)."""
 
 

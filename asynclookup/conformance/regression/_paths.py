@@ -40,6 +40,7 @@ from asynclookup.observe.engine import (
 )
 from asynclookup.observe.interface import Violation
 from asynclookup.observe.observations import Answer
+from asynclookup.spec.errors import AsyncLookupError
 from asynclookup.spec.properties import title_of
 from asynclookup.spec.state import State
 
@@ -57,7 +58,7 @@ PLAN_WORDS = {  # what a plan of each kind makes the tier do, in words
 }
 
 
-class RegressionError(ValueError):
+class RegressionError(AsyncLookupError, ValueError):
     """This counterexample cannot be written as a regression test; the message says why."""
 
 

@@ -68,16 +68,17 @@ from asynclookup.conformance.targets.threads import (
     where,
     wrap_queue,
 )
+from asynclookup.spec.errors import AsyncLookupError
 
 T = TypeVar("T")
 PREFIX = "impl:"  # how ``conformance.targets.load_target`` recognises a vLLM-shaped class
 
 
-class ManagerClosed(RuntimeError):
+class ManagerClosed(AsyncLookupError, RuntimeError):
     """The adapter's answer to any call after ``shutdown()``."""
 
 
-class IUTRaised(RuntimeError):
+class IUTRaised(AsyncLookupError, RuntimeError):
     """An IUT method (or its worker thread) raised; the message says where."""
 
 
