@@ -42,7 +42,7 @@ test: install hypofuzz-env
 	$(MAKE) --no-print-directory typecheck lint
 
 crosshair: install
-	$(BIN)/python -m pytest -q tests/test_crosshair.py
+	$(BIN)/python -m pytest -q tests/test_spec_crosshair.py
 
 # The quick benchmarks; docs/benchmarks.md gives every command and its figures.
 bench: install

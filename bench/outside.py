@@ -14,7 +14,7 @@ shrinking (median and range over the kills; a seed that did not kill counts
 its whole run in the seconds), and the seconds shrinking took.  One line per
 seed goes to stderr as it finishes (property, seconds, calls, the shrinker's
 own account), so a misdiagnosis can be reproduced with its seed.  It measures;
-it asserts nothing (tests/test_outside.py does).
+it asserts nothing (tests/test_conformance_outside.py does).
 """
 
 from __future__ import annotations

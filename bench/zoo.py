@@ -10,7 +10,7 @@ a Markdown table: mutant, expected property, properties named, seeds that
 killed it, median examples and median seconds to kill over the seeds (a seed
 that did not kill counts as its whole run: the medians are then lower bounds),
 the counterexample's calls after shrinking and the seconds shrinking took.
-It measures; it asserts nothing (tests/test_zoo.py does).
+It measures; it asserts nothing (tests/test_conformance_zoo.py does).
 """
 
 from __future__ import annotations

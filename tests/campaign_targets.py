@@ -1,7 +1,7 @@
 """The oracle's machines as pytest test cases, for pytest-xdist and HypoFuzz campaigns.
 
 Not collected by the plain suite (the name does not start with ``test_``):
-``tests/test_campaign_tools.py`` names this file on the command line of
+``tests/test_conformance_campaign_tools.py`` names this file on the command line of
 ``pytest -n 2`` and of ``hypothesis fuzz``, as a maintainer names their own.
 
 Each class is ``machine_class(FuzzConfig(...)).TestCase``, the Hypothesis

@@ -44,7 +44,7 @@ exactly its states and notes, and takes the states back: an observation no
 state explains (so a violation's property and detail are the engine's own),
 the first set whose every state is tagged (the property-8 warning), a call that
 raised, ``shutdown`` and everything after it, a dead worker.  tests/
-test_trace_engines.py steps random traces through both and compares the sets,
+test_observe_fast.py steps random traces through both and compares the sets,
 the notes and the verdicts after every event (the states up to generations
 on long runs where the engine keeps duplicates).
 
@@ -166,7 +166,7 @@ class FastChecker(Notes):
             )] = tag
         return out
 
-    export = tagged_states  # the name tests/test_trace_engines.py compares the engines by
+    export = tagged_states  # the name tests/test_observe_fast.py compares the engines by
 
     def trim_history(self) -> None:
         """Nothing to do: this engine keeps no observations."""

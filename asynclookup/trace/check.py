@@ -27,7 +27,7 @@ what follows is judged independently of what came before, which is what lets
 Either engine is reached through ``asynclookup.observe.interface.Engine`` only.
 The fast one (``asynclookup.observe.fast``, the default) also gets the hot kinds
 of event as raw values; ``engine="old"`` feeds the exact engine itself
-(tests/test_trace_engines.py compares the two).  Both keep to
+(tests/test_observe_fast.py compares the two).  Both keep to
 ``asynclookup.observe.interface.TRACE_BOUNDS``.
 
 This module judges; it prints nothing (``asynclookup.trace.cli`` does).

@@ -3,7 +3,7 @@
 The next request for the key creates a second probe while the first is still
 with the worker (property 8).  The contract line that refutes it:
 ``not any(p.phase is Phase.IN_FLIGHT for _, p in removed(state, __return__[0]))``.
-Not part of the spec: only ``tests/test_crosshair.py`` uses it.
+Not part of the spec: only ``tests/test_spec_crosshair.py`` uses it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A late result for a cleaned-up probe lands on a newer probe of the same key, or
 deletes it.  The contract lines that refute it: ``verdicts_from_results(...)``
 and ``all(has_result(state, k, p.generation) for k, p in removed(...))``.
-Not part of the spec: only ``tests/test_crosshair.py`` uses it.
+Not part of the spec: only ``tests/test_spec_crosshair.py`` uses it.
 """
 
 from __future__ import annotations

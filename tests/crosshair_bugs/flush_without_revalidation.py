@@ -3,7 +3,7 @@
 An entry whose request was cleaned up, or whose probe was superseded by
 mark_present, reaches the tier.  The contract line that refutes it:
 ``all(generation_of(state, e.key) == e.generation for e in __return__[1].submitted)``.
-Not part of the spec: only ``tests/test_crosshair.py`` and the Hypothesis
+Not part of the spec: only ``tests/test_spec_crosshair.py`` and the Hypothesis
 planted-bug test use it.
 """
 

@@ -4,7 +4,7 @@ The probe's own entry is still in the batch or with the worker; the next flush o
 drain hit an "enqueue once" assertion and stopped the step (property 3).  The
 contract lines that refute it: ``all(phase_of(state, k) is Phase.RESOLVED ...)``
 and ``well_formed(__return__[0])``.
-Not part of the spec: only ``tests/test_crosshair.py`` uses it.
+Not part of the spec: only ``tests/test_spec_crosshair.py`` uses it.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ its richer option on that side (``b"b"`` has a probe unless ``no_probe_b``).
 This is a bound, not a proof: states with three keys, two entries of one key in
 one place, in-flight entries in other places, or larger batches are not built.
 Used only through ``plugin.py`` (``--extra_plugin tests/crosshair_bugs/plugin.py``)
-and by the tests of ``tests/test_crosshair.py``.
+and by the tests of ``tests/test_spec_crosshair.py``.
 """
 
 from __future__ import annotations

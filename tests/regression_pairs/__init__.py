@@ -4,7 +4,7 @@ Each pair is one standalone module (standard library only, as in a user's own
 repository) in two twins of the same module and class name: ``buggy/`` holds
 it with one bug, ``fixed/`` with that bug fixed and nothing else changed.  A
 maintainer generates the regression file from the buggy twin, commits it, fixes
-the class, and the same file passes: tests/test_regression_out.py does exactly
+the class, and the same file passes: tests/test_conformance_regression.py does exactly
 that, in a fresh directory where this project cannot be imported.
 
 The four modules are written in different styles (a vLLM 0.34 copy with plain

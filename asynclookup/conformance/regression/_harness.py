@@ -7,7 +7,7 @@ but the standard library and pytest.  The tier's answers are not written out
 here a second time: ``harness()`` copies in the source of the oracle's own
 ``Answer``, ``Plan``, ``_deliver`` and ``_lazy`` (``conformance.targets.adapter`` and
 ``observe.observations``) and of ``memory_answer``, so a scripted answer
-is, by construction, the answer the oracle gave (tests/test_regression_out.py
+is, by construction, the answer the oracle gave (tests/test_conformance_regression.py
 pins that every plan kind answers alike in both); and of
 ``threads.CountingQueue``, the wrapper that counts what the worker posts.
 Those must stay standard-library-only code: the test that runs a generated

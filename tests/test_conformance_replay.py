@@ -102,8 +102,8 @@ def test_a_threaded_shrink_that_does_not_hold_at_the_full_bound_is_dropped() -> 
     """Shrink candidates wait only briefly for a post; a result that breaks the property
     only because of that (a slow post taken for a stall) is not returned."""
     driver = Driver(
-        impl_factory("tests.test_oracle_replay:SlowPoster"), mode="threaded", wait_bound=0.3,
-        config={"target": "impl:tests.test_oracle_replay:SlowPoster", "tier": "memory"},
+        impl_factory("tests.test_conformance_replay:SlowPoster"), mode="threaded", wait_bound=0.3,
+        config={"target": "impl:tests.test_conformance_replay:SlowPoster", "tier": "memory"},
     )
     try:
         with pytest.raises(ConformanceError) as found:

@@ -1,6 +1,6 @@
 """The broken variants of ``asynclookup.spec.variants``: each is a model-check target of the CLI.
 
-``tests/test_model_check.py`` shows the checker finds every variant; this module
+``tests/test_modelcheck_search.py`` shows the checker finds every variant; this module
 pins that the three of ours (not shipped) are variants like the others, so
 ``asynclookup model-check --variant NAME`` accepts them and exits 1.
 """
