@@ -14,7 +14,7 @@ from asynclookup._cli import UsageError
 from asynclookup.conformance.driver import ConformanceError
 from asynclookup.conformance.regression._paths import RegressionError
 from asynclookup.conformance.targets.adapter import TierFault
-from asynclookup.conformance.targets.vllm import IUTRaised, ManagerClosed
+from asynclookup.conformance.targets.vllm import IUTRaised, ManagerClosedError
 from asynclookup.observe.interface import OracleLimitError
 from asynclookup.spec.errors import AsyncLookupError, ProtocolError
 from asynclookup.trace.check import CheckLimitError
@@ -26,7 +26,7 @@ __all__ = [
     "CheckLimitError",
     "ConformanceError",
     "IUTRaised",
-    "ManagerClosed",
+    "ManagerClosedError",
     "OracleLimitError",
     "PartError",
     "ProtocolError",

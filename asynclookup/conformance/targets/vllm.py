@@ -74,8 +74,8 @@ T = TypeVar("T")
 PREFIX = "impl:"  # how ``conformance.targets.load_target`` recognises a vLLM-shaped class
 
 
-class ManagerClosed(AsyncLookupError, RuntimeError):
-    """The adapter's answer to any call after ``shutdown()``."""
+class ManagerClosedError(AsyncLookupError, RuntimeError):
+    """The adapter's answer to any call after ``shutdown()`` (the closed-manager error)."""
 
 
 class IUTRaised(AsyncLookupError, RuntimeError):
@@ -388,7 +388,7 @@ class VllmAdapter:
             self._idle.wake()
 
     def is_closed_error(self, exc: BaseException) -> bool:
-        return isinstance(exc, ManagerClosed)
+        return isinstance(exc, ManagerClosedError)
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -406,7 +406,7 @@ class VllmAdapter:
 
     def _call(self, fn: Callable[[], T]) -> T:
         if self._closed:
-            raise ManagerClosed("the manager was shut down")
+            raise ManagerClosedError("the manager was shut down")
         if threading.active_count() != self._thread_count:  # threads came or went meanwhile
             self._seen = set(threading.enumerate())  # not the IUT's doing: not watched
             self._thread_count = len(self._seen)
