@@ -1,0 +1,125 @@
+"""Strangers: lookup managers written by an outsider from docs/protocol.md alone.
+
+Every class here was written from the protocol's prose (docs/protocol.md), the nine
+properties (docs/properties.md) and the class shape that docs/oracle.md describes for a
+vLLM-shaped manager, BEFORE reading any of the oracle's code, the reference, or the other
+test zoos.  Each module is a different style (data structures, naming, worker design), so
+that a checker meets implementations it was never tuned to.
+
+- ``CORRECT``: classes meant to conform to docs/protocol.md in every respect.
+- ``BUGGY``: one-bug copies (each a subclass of a correct class overriding one small method
+  or one class attribute) mapped to the property of docs/properties.md that names the bug.
+- ``BUGGY_ALSO``: other properties the same bug breaks according to docs/properties.md,
+  or that a black-box observer is likely to see first (see the comment on each entry).
+- ``BUG_KIND``: a short name of the planted bug.
+- ``HANGS``: classes that are correct except that one call never returns, mapped to that call.
+
+``tests/test_strangers_scripted.py`` checks all of them with plain scripted scenarios,
+without the oracle.  After they were written, the oracle was run on them through its
+command line only; it found one real race, in ``futures_pool`` (a group's future that
+finished between two ``done()`` checks was lost, or was done before the scheduler could
+see it), which is fixed.  Nothing else was changed after that run.
+"""
+
+from __future__ import annotations
+
+_P = "tests.strangers."
+
+CORRECT: tuple[str, ...] = (
+    _P + "per_key_simplequeue:PerKeyQueueManager",
+    _P + "asyncio_loop:EventLoopManager",
+    _P + "group_snapshots:SnapshotManager",
+    _P + "condition_dict:ConditionManager",
+    _P + "deque_functional:DequeEventManager",
+    _P + "futures_pool:FuturesPoolManager",
+    _P + "callbacks:CallbackManager",
+    _P + "raw_pool:ThreeThreadPoolManager",
+    _P + "minimal_drain:MinimalDrainManager",
+    _P + "eager_drain:EagerManager",
+    _P + "generation_ledger:GenerationLedgerManager",
+    _P + "actor_mailbox:ActorManager",
+)
+
+BUG_KIND: dict[str, str] = {
+    # 1. flush submits without re-validating
+    _P + "per_key_simplequeue:FlushSubmitsWholeBatch": "flush-no-revalidate",
+    _P + "group_snapshots:RevalidatesByKeyOnly": "flush-no-revalidate",
+    _P + "deque_functional:AdmitsWhileRequestKnown": "flush-no-revalidate",
+    # 2. results applied by key only
+    _P + "asyncio_loop:AppliesResultsByKey": "results-by-key",
+    _P + "condition_dict:GenerationBlindResults": "results-by-key",
+    _P + "callbacks:CallbackIgnoresGeneration": "results-by-key",
+    # 3. mark_miss forces PENDING / IN_FLIGHT probes to RESOLVED False
+    _P + "futures_pool:MissForcesResolved": "mark-miss-forces-resolved",
+    _P + "minimal_drain:MissOverridesInFlight": "mark-miss-forces-resolved",
+    _P + "eager_drain:EagerMissForcesResolved": "mark-miss-forces-resolved",
+    # 4. cleanup bookkeeping: a cleaned-up request stays a requester, or orphans stay
+    _P + "raw_pool:ReleasesOnlyLastRequester": "cleanup-keeps-requester",
+    _P + "actor_mailbox:ActorCleanupMissesJoinedKeys": "cleanup-keeps-requester",
+    _P + "per_key_simplequeue:CleanupLeavesPendingOrphans": "cleanup-keeps-orphans",
+    _P + "generation_ledger:LedgerNeverForgets": "cleanup-keeps-orphans",
+    # 5. zip() over keys and a short answer
+    _P + "condition_dict:ZipsShortAnswers": "tier-short-answer-zip",
+    _P + "eager_drain:EagerZipTruncates": "tier-short-answer-zip",
+    _P + "actor_mailbox:ActorZipsAnswers": "tier-short-answer-zip",
+    # 6. a lazy iterable consumed outside the try kills the worker
+    _P + "per_key_simplequeue:ConsumesAnswerOutsideTry": "lazy-raise-kills-worker",
+    _P + "minimal_drain:LazyIterableKillsWorker": "lazy-raise-kills-worker",
+    _P + "generation_ledger:LedgerLazyOutsideTry": "lazy-raise-kills-worker",
+    # 7. cleanup deletes IN_FLIGHT probes
+    _P + "group_snapshots:CleanupDropsInFlight": "cleanup-deletes-in-flight",
+    _P + "futures_pool:CleanupCancelsInFlight": "cleanup-deletes-in-flight",
+    _P + "callbacks:CallbackCleanupForgetsInFlight": "cleanup-deletes-in-flight",
+    # 8. a tier call that mixes requests or carries another request's context
+    _P + "asyncio_loop:LastRequestContext": "wrong-request-context",
+    _P + "deque_functional:ShardedTierCalls": "mixed-request-call",
+    _P + "raw_pool:OneCallPerBatch": "mixed-request-call",
+    # extra: lookup never applies results, not even the first lookup after a flush
+    _P + "asyncio_loop:LoopNeverDrainsInLookup": "lookup-never-drains",
+    _P + "group_snapshots:SnapshotDrainsOnlyInFlush": "lookup-never-drains",
+    _P + "minimal_drain:DrainsOnlyInFlush": "lookup-never-drains",
+}
+
+_PROPERTY_OF_KIND: dict[str, int] = {
+    "flush-no-revalidate": 1,
+    "results-by-key": 2,
+    "mark-miss-forces-resolved": 3,
+    "cleanup-keeps-requester": 4,
+    "cleanup-keeps-orphans": 5,
+    "tier-short-answer-zip": 7,
+    "lazy-raise-kills-worker": 6,
+    "cleanup-deletes-in-flight": 8,
+    "wrong-request-context": 9,
+    "mixed-request-call": 9,
+    "lookup-never-drains": 6,
+}
+
+# The property each copy should be named by (docs/properties.md: the section whose "bug it
+# prevents" is this bug, or, for the bugs of our own, the variant table's property).
+BUGGY: dict[str, int] = {path: _PROPERTY_OF_KIND[kind] for path, kind in BUG_KIND.items()}
+
+_ALSO_OF_KIND: dict[str, tuple[int, ...]] = {
+    # properties.md variant table: drain-no-generation-check breaks "2, 3"
+    "results-by-key": (3,),
+    # properties.md: mark-miss-forces-resolved breaks "3, 2" and the checker reports 2 first
+    "mark-miss-forces-resolved": (2,),
+    # seen from outside: the kept probe is flushed to the tier after every requester left
+    # (a tier call no live spec probe explains), and it leaks (5)
+    "cleanup-keeps-requester": (5, 1),
+    # seen from outside: the orphan is flushed (1), or a new request is answered from it (2)
+    "cleanup-keeps-orphans": (1, 2),
+    # properties.md: tier-short-answer breaks "7, 6"; property 5 says the bug leaked too
+    "tier-short-answer-zip": (6, 5),
+    # oracle.md: an exception that kills the worker thread is reported as property 7
+    "lazy-raise-kills-worker": (7,),
+}
+
+BUGGY_ALSO: dict[str, tuple[int, ...]] = {
+    path: _ALSO_OF_KIND.get(kind, ()) for path, kind in BUG_KIND.items()
+}
+
+HANGS: dict[str, str] = {
+    _P + "hangs:LookupHangs": "lookup",
+    _P + "hangs:FlushHangs": "flush",
+    _P + "hangs:ShutdownHangs": "shutdown",
+}
