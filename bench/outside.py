@@ -1,10 +1,13 @@
 """Outside-implementation kill table: the oracle on vLLM-shaped classes it was not tuned to.
 
 Run from the project root:
-``PYTHONPATH=. python bench/outside.py [--examples N] [--seeds S,S,...] [--out FILE] [NAME ...]``.
-For each class of ``tests.outside.OUTSIDE`` (NAME is its class name) it fuzzes
-``MODULE:CLASS`` as ``asynclookup fuzz --impl`` does (threaded mode, every
-fault, strict efficiency) once per seed, unshrunk
+``PYTHONPATH=. python bench/outside.py [--zoo outside|strangers] [--faults F] [--examples N]
+[--seeds S,S,...] [--out FILE] [NAME ...]``.
+For each class of the zoo (``tests.outside.OUTSIDE``, or ``tests.strangers``:
+its ``CORRECT`` classes, which must pass, and its ``BUGGY`` one-bug copies, each
+of which must be named by exactly its property; NAME is a class name) it fuzzes
+``MODULE:CLASS`` as ``asynclookup fuzz --impl`` does (threaded mode, the faults
+``--faults`` names, ``all`` by default, strict efficiency) once per seed, unshrunk
 (``asynclookup.conformance.testcase.first_violation``), at most ``--examples``
 examples a seed, and shrinks every kill (``asynclookup.conformance.replay.shrink``).
 It prints, and writes to ``--out`` when given, a Markdown table: class,
@@ -23,7 +26,7 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,12 +48,12 @@ class Run:
     detail: str = ""
 
 
-def measure(impl: str, seed: int, examples: int, budget: float) -> Run:
+def measure(impl: str, seed: int, examples: int, budget: float, faults: str = "all") -> Run:
     """Fuzz ``impl`` with ``seed``; shrink a kill within ``budget`` seconds."""
     stats = Stats()
     started = time.monotonic()
     try:
-        error = first_violation(impl, seed=seed, examples=examples, stats=stats)
+        error = first_violation(impl, seed=seed, examples=examples, stats=stats, faults=faults)
     except Exception as exc:  # the oracle itself failed: a finding about the oracle, not a kill
         crash = f"oracle error {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return Run(seed, None, time.monotonic() - started, stats.examples, detail=crash)
@@ -101,20 +104,43 @@ HEADER = (
 )
 
 
-def main(argv: list[str] | None = None) -> int:
+def zoo(name: str) -> tuple[dict[str, int | None], Callable[[str], set[int]]]:
+    """The classes of the zoo ``name`` (each -> its property, None: correct) and, for each,
+    the properties a kill may name to count as right."""
+    if name == "strangers":
+        from tests.strangers import BUGGY, CORRECT
+
+        classes: dict[str, int | None] = {impl: None for impl in CORRECT}
+        classes.update(BUGGY)
+        return classes, lambda impl: {BUGGY[impl]} if impl in BUGGY else set()
     from tests.outside import OUTSIDE, expected
 
-    by_name = {impl.rpartition(":")[2]: impl for impl in OUTSIDE}
+    return dict(OUTSIDE), expected
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--zoo", choices=("outside", "strangers"), default="outside")
+    parser.add_argument("--faults", default="all", help="as fuzz --faults takes it")
     parser.add_argument("--examples", type=int, default=300, help="at most, per seed")
     parser.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated")
     parser.add_argument("--shrink-budget", type=float, default=20.0, help="seconds per kill")
     parser.add_argument("--out", type=Path, help="also write the table to this file")
-    parser.add_argument("names", nargs="*", default=list(by_name))
+    parser.add_argument("--correct", action="store_true", help="only the correct classes")
+    parser.add_argument("--buggy", action="store_true", help="only the one-bug copies")
+    parser.add_argument("names", nargs="*")
     args = parser.parse_args(argv)
-    unknown = [name for name in args.names if name not in by_name]
+    classes, expected = zoo(args.zoo)
+    by_name = {impl.rpartition(":")[2]: impl for impl in classes}
+    names = args.names or [
+        name for name, impl in by_name.items()
+        if not (args.correct and classes[impl] is not None)
+        and not (args.buggy and classes[impl] is None)
+    ]
+    unknown = [name for name in names if name not in by_name]
     if unknown:
-        print(f"bench/outside.py: no outside class named {', '.join(unknown)}", file=sys.stderr)
+        print(f"bench/outside.py: no {args.zoo} class named {', '.join(unknown)}",
+              file=sys.stderr)
         return 2
     try:
         seeds = [int(seed) for seed in args.seeds.split(",")]
@@ -124,16 +150,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     lines = [HEADER]
     print(HEADER, flush=True)
-    for name in args.names:
+    for name in names:
         impl = by_name[name]
         runs = []
         for seed in seeds:
-            run = measure(impl, seed, args.examples, args.shrink_budget)
+            run = measure(impl, seed, args.examples, args.shrink_budget, args.faults)
             runs.append(run)
             print(f"# {name} seed {run.seed}: property {run.named}, {run.examples} examples, "
                   f"{run.seconds:.1f} s, {run.calls} calls after {run.shrink_seconds:.1f} s "
                   f"shrinking; {run.detail}", file=sys.stderr, flush=True)
-        line = row(name, expected(impl), OUTSIDE[impl], runs)
+        line = row(name, expected(impl), classes[impl], runs)
         lines.append(line)
         print(line, flush=True)
     if args.out is not None:

@@ -113,7 +113,9 @@ def test_a_threaded_shrink_that_does_not_hold_at_the_full_bound_is_dropped() -> 
             driver.lookup(b"k0", "A")
             driver.flush()
             driver.answer()
-            driver.settle()  # the post comes after 1 s: a stall at this bound
+            driver.settle()
+            driver.lookup(b"k0", "A")
+            driver.await_verdict(b"k0", "A")  # the post comes after 1 s: late at this bound
     finally:
         driver.close()
     error = found.value

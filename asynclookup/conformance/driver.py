@@ -23,7 +23,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -35,21 +37,24 @@ from asynclookup.conformance.targets.adapter import (
     snapshot_of,
     supports_of,
 )
+from asynclookup.conformance.targets.bounded import CALL_BOUND, CallHung, SchedulerThread
 from asynclookup.conformance.targets.load import load_target
+from asynclookup.conformance.targets.tables import requests_named
 from asynclookup.observe.engine import (
     CLOSED,
     Checker,
     CleanupSeen,
     DrainSeen,
     FlushSeen,
+    Hung,
     Leftover,
     LookupSeen,
     MarkMissSeen,
     MarkPresentSeen,
     Observation,
+    Overdue,
     PostSeen,
     ProbeGroupSeen,
-    Settled,
     ShutdownSeen,
     Stalled,
     TakeBatchSeen,
@@ -63,8 +68,15 @@ T = TypeVar("T")
 PROPER = Plan()  # a proper answer, all False
 WAIT_BOUND = 3.0  # seconds the oracle waits for a tier call or a post in threaded mode
 UNOWED_WAIT = 0.05  # seconds a replay waits for a tier call the spec does not owe
-PARTIAL_WAIT = 0.05  # seconds a replay's settle waits for a per-group post (calls owed)
 CATCH_UP_CALLS = 8  # tier calls one catch_up answers at most
+# Re-asks for a post the oracle cannot see: the pause between two starts at the first
+# figure and doubles up to the second.  A pause is not a synchronisation: each re-ask
+# is an observation, and only the bound (``wait_bound``) decides that a post is late.
+REASK_PAUSES = (0.0005, 0.05)
+# How long a settle lets the target's hint (``wait_posted``) hold the oracle: a worker
+# posts within microseconds of its answer; one that does not is judged by the re-asks.
+HINT_BOUND = 0.25
+HUNG = "<did not return>"  # the error of a call that did not return within the bound
 
 
 @dataclass
@@ -194,6 +206,7 @@ class Driver:
         config: dict[str, Any] | None = None,
         patient: bool = False,
         wait_bound: float = WAIT_BOUND,
+        call_bound: float = CALL_BOUND,
     ) -> None:
         self.mode = mode
         self.patient = patient  # replays wait a little for tier calls nobody owes
@@ -205,10 +218,17 @@ class Driver:
         self.calls: list[Call] = []
         self._posted_expected = 0  # results the worker owes in all (threaded)
         self._settled_at = 0
+        self._answered_keys: set[bytes] = set()  # keys of every tier call answered
+        self._requests: set[str] = set()  # every request id the run used
         self.owns_inner = False  # close() disposes of the real tier
         self.failed = False  # a ConformanceError was raised: nothing is checked after it
         self.on_error: Callable[[ConformanceError], None] | None = None  # told before raising
-        self.target: Target = factory(self.tier, mode)
+        # every call into the IUT runs on this thread, bounded (``bounded``)
+        self._scheduler = SchedulerThread(call_bound)
+        self._hung: CallHung | None = None  # the call that did not return, once reported
+        self._oracle_threads = set(threading.enumerate())  # the IUT's are the others
+        self._pause = threading.Event()  # never set: re-asks wait on it, bounded
+        self.target: Target = self._construct(factory)
         self.supports = supports_of(self.target)  # the optional calls it has
         self.leak_check = snapshot_of(self.target) is not None
 
@@ -224,11 +244,18 @@ class Driver:
         driver.owns_inner = True
         return driver
 
+    def construct(self) -> None:
+        """Nothing: the class was constructed when this driver was made.  A replay step
+        that stands for the constructor (a counterexample where it did not return)."""
+
     # -- scheduler calls -----------------------------------------------------------
 
     def lookup(self, key: bytes, request: str) -> None:
         """``lookup(key, request)``; the checker judges the verdict."""
-        verdict, error = self._call(lambda: self.target.lookup(key, request))
+        self._requests.add(request)
+        verdict, error = self._call(
+            lambda: self.target.lookup(key, request), f"lookup({key!r}, {request!r})"
+        )
         self._record(
             f"lookup({key!r}, {request!r}) -> {_shown(verdict, error)}",
             ("lookup", (key, request)), [LookupSeen(key, request, verdict, error)],
@@ -236,12 +263,12 @@ class Driver:
 
     def flush(self) -> None:
         """``flush()``."""
-        _, error = self._call(self.target.flush)
+        _, error = self._call(self.target.flush, "flush()")
         self._record(f"flush(){_raised(error)}", ("flush", ()), [FlushSeen(error)])
 
     def cleanup(self, request: str) -> None:
         """``cleanup(request)``."""
-        _, error = self._call(lambda: self.target.cleanup(request))
+        _, error = self._call(lambda: self.target.cleanup(request), f"cleanup({request!r})")
         self._record(
             f"cleanup({request!r}){_raised(error)}", ("cleanup", (request,)),
             [CleanupSeen(request, error)],
@@ -250,7 +277,7 @@ class Driver:
     def mark_miss(self, keys: Sequence[bytes]) -> None:
         """``mark_miss(keys)``."""
         keys = tuple(keys)
-        _, error = self._call(lambda: self.target.mark_miss(keys))
+        _, error = self._call(lambda: self.target.mark_miss(keys), f"mark_miss({list(keys)!r})")
         self._record(
             f"mark_miss({list(keys)!r}){_raised(error)}", ("mark_miss", (list(keys),)),
             [MarkMissSeen(keys, error)],
@@ -259,7 +286,9 @@ class Driver:
     def mark_present(self, keys: Sequence[bytes]) -> None:
         """``mark_present(keys)``."""
         keys = tuple(keys)
-        _, error = self._call(lambda: self.target.mark_present(keys))
+        _, error = self._call(
+            lambda: self.target.mark_present(keys), f"mark_present({list(keys)!r})"
+        )
         self._record(
             f"mark_present({list(keys)!r}){_raised(error)}", ("mark_present", (list(keys),)),
             [MarkPresentSeen(keys, error)],
@@ -267,7 +296,7 @@ class Driver:
 
     def drain_results(self) -> None:
         """``drain_results()``."""
-        _, error = self._call(self.target.drain_results)
+        _, error = self._call(self.target.drain_results, "drain_results()")
         self._record(
             f"drain_results(){_raised(error)}", ("drain_results", ()), [DrainSeen(error)]
         )
@@ -279,7 +308,7 @@ class Driver:
             self.tier.auto(plans)
         else:
             self.tier.queue_plans(plans)
-        _, error = self._call(self.target.shutdown)
+        _, error = self._call(self.target.shutdown, "shutdown()")
         self.tier.clear_plans()
         self._record(
             f"shutdown(){_raised(error)}", ("shutdown", (list(plans),) if plans else ()),
@@ -290,7 +319,7 @@ class Driver:
 
     def take_batch(self) -> None:
         """Worker step ``take_batch()``."""
-        took, error = self._call(self.target.take_batch)
+        took, error = self._call(self.target.take_batch, "take_batch()")
         self._record(
             f"take_batch() -> {_shown(took, error)}", ("take_batch", ()),
             [TakeBatchSeen(bool(took), error)],
@@ -304,26 +333,26 @@ class Driver:
         """
         text, seen = "", list[Observation]()
         if not any(s.held for s in self.checker.states):
-            took, error = self._call(self.target.take_batch)
+            took, error = self._call(self.target.take_batch, "take_batch()")
             text = f"take_batch() -> {_shown(took, error)}, "
             seen.append(TakeBatchSeen(bool(took), error))
             if error is not None or not took:
                 self._record(text[:-2], ("probe_group", (plan, post)), seen)
                 return
         self.tier.queue_plans([plan])
-        probed, error = self._call(self.target.probe_group)
+        probed, error = self._call(self.target.probe_group, "probe_group()")
         self.tier.clear_plans()
         text += f"probe_group() -> {_shown(probed, error)}"
         after: list[Observation] = [ProbeGroupSeen(bool(probed), error)]
         if post and error is None:
-            posted, error = self._call(self.target.post)
+            posted, error = self._call(self.target.post, "post()")
             text += f", post() -> {_shown(posted, error)}"
             after.append(PostSeen(bool(posted), error))
         self._record(text, ("probe_group", (plan, post)), after, first=seen)
 
     def post(self) -> None:
         """Worker step ``post()``."""
-        posted, error = self._call(self.target.post)
+        posted, error = self._call(self.target.post, "post()")
         self._record(
             f"post() -> {_shown(posted, error)}", ("post", ()), [PostSeen(bool(posted), error)]
         )
@@ -361,42 +390,110 @@ class Driver:
         self.settle()
 
     def settle(self) -> None:
-        """Wait (bounded) until the worker has posted a result for every key it probed.
-
-        Only meaningful once every owed tier call is answered; before that (a
-        replay whose answers were shrunk away) the call only records that.
-        """
+        """Give the worker time to post what it was answered: a wait the target's hint
+        may shorten (a results queue counted, its thread gone idle).  It judges
+        nothing: whether a verdict shows is judged by the lookups after it, which
+        re-ask within a bound (``await_verdict``).  Recorded with what was seen."""
         owed = self.checker.owed_tier_calls() > 0
-        if not self.failed and (owed or not self.unsettled()):
-            if owed and self.unsettled() and self.patient:
-                self._settle_partly()
+        if self.failed or owed or not self.unsettled():
             return  # tier calls are still owed, or nothing new to wait for
         expected = self._posted_expected
-        done = self.target.wait_posted(expected, self.wait_bound)
+        hint_bound = min(self.wait_bound, HINT_BOUND)
+        done = self.target.wait_posted(expected, hint_bound)
         self._settled_at = expected
-        if done is None:
-            return
         if not done and self._answer_unowed():
             return  # the worker was stuck in a tier call the spec excludes: judged as such
-        self._record(
-            f"wait until the worker posted {expected} results -> "
-            f"{'done' if done else 'not within the bound'}",
-            ("settle", ()),
-            [Settled() if done else Stalled("post", self.target.worker_alive())],
-        )
-
-    def _settle_partly(self) -> None:
-        """A replay's settle while tier calls are still owed: a worker that posts per
-        request group may have posted what it was answered so far; wait briefly for
-        that and, if it did, record it (pinning when the post happened).  A worker that
-        posts per batch has not: nothing is recorded, nothing is judged."""
-        expected = self._posted_expected
-        if self.target.wait_posted(expected, PARTIAL_WAIT):
-            self._settled_at = expected
-            self._record(
-                f"wait until the worker posted {expected} results -> done", ("settle", ()),
-                [Settled()],
+        watch = getattr(self.target, "post_watch", None)
+        results = "1 result" if expected == 1 else f"{expected} results"
+        if done is None or watch is None:
+            seen = "the oracle cannot see this class post; the next lookups re-ask"
+        elif done:
+            seen = f"seen: {watch} ({results})"
+        else:
+            seen = (
+                f"not seen within {hint_bound:.2f} s ({watch}, {results}); "
+                "the next lookups re-ask"
             )
+        self._record(f"let the worker post -> {seen}", ("settle", ()), [])
+
+    def await_verdict(self, key: bytes, request: str) -> None:
+        """If ``key``'s verdict waits only on a post the oracle cannot see, re-ask until
+        it shows: ``drain_results()`` and a repeat ``lookup(key, request)``, both
+        harmless (docs/protocol.md, "Asking again is harmless"), with growing pauses,
+        for at most ``wait_bound`` seconds after the last settle.  Only a ``None``
+        that persists to the bound is judged (``Overdue``): a wrong hint can make this
+        wait longer, never make a correct class fail.  Recorded as one call, only when
+        it re-asked; each re-ask is judged as it comes."""
+        if self.failed or self.unsettled() or not self.checker.awaits_post(key):
+            return
+        asked = f"drain_results() and lookup({key!r}, {request!r})"
+        record = Call(f"re-ask {asked} until the verdict shows", "await_verdict", (key, request))
+        self.calls.append(record)
+
+        def reask() -> bool:
+            _, error = self._call(self.target.drain_results, "drain_results()")
+            self._observe(record, [DrainSeen(error)])
+            verdict, error = self._call(
+                lambda: self.target.lookup(key, request), f"lookup({key!r}, {request!r})"
+            )
+            record.text = f"re-ask {asked} -> {_shown(verdict, error)}"
+            self._observe(record, [LookupSeen(key, request, verdict, error)])
+            return error is not None or verdict is not None or not self.checker.awaits_post(key)
+
+        self._reask(record, reask, key, request)
+
+    def await_empty(self) -> None:
+        """The leak check where only unseen posts stand between the spec and quiescence:
+        if the IUT's tables are not empty, re-ask ``drain_results()`` until they are,
+        for at most ``wait_bound`` seconds; if they never are, the post is ``Overdue``
+        and the tables are judged (property 4 or 5).  Recorded only when it re-asked."""
+        if (
+            self.failed or not self.leak_check or self.unsettled()
+            or not self.checker.empty_once_posted() or not self._leftovers()
+        ):
+            return
+        record = Call("re-ask drain_results() until the tables are empty", "await_empty", ())
+        self.calls.append(record)
+
+        def reask() -> bool:
+            _, error = self._call(self.target.drain_results, "drain_results()")
+            self._observe(record, [DrainSeen(error)])
+            left = self._leftovers()
+            record.text = (
+                "re-ask drain_results() until the tables are empty -> "
+                + ("they are" if not left else "they are not")
+            )
+            return error is not None or not left or not self.checker.empty_once_posted()
+
+        self._reask(record, reask, None, None)
+        if not self.failed and self.checker.expects_empty():
+            self._observe(record, self._leftovers())
+
+    def _reask(
+        self, record: Call, reask: Callable[[], bool], key: bytes | None, request: str | None
+    ) -> None:
+        """Call ``reask`` until it says the wait is over or ``wait_bound`` passed; then,
+        unless a tier call the spec does not owe explains the wait (it is answered and
+        judged), the post is ``Overdue``."""
+        deadline = time.monotonic() + self.wait_bound
+        pause, longest = REASK_PAUSES
+        reasks = 0
+        started = time.monotonic()
+        while not self.failed:
+            reasks += 1
+            if reask():
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._pause.wait(min(pause, remaining))
+            pause = min(2 * pause, longest)
+        if self.failed or self._answer_unowed():
+            return
+        waited = time.monotonic() - started
+        record.text += f" (re-asked {reasks} times over {waited:.1f} s)"
+        alive = self.target.worker_alive()
+        self._observe(record, [Overdue(waited, reasks, alive, key, request)])
 
     def _answer_unowed(self) -> bool:
         """A tier call the spec does not owe is waiting: answer it and record it, so the
@@ -427,39 +524,72 @@ class Driver:
     def close(self) -> None:
         """Shut the IUT down if the run did not (checked unless a violation was found)."""
         try:
-            if self.checker.stopped:
-                return
+            if self.checker.stopped or self._scheduler.hung is not None:
+                return  # shut down already, or stuck in a call that never returned
             if self.failed:
                 if self.mode == "threaded":
                     self.tier.auto()
-                self._call(self.target.shutdown)
+                self._call(self.target.shutdown, "shutdown()")
                 return
             self.shutdown()
         finally:
+            self._scheduler.close()
             if self.owns_inner:
                 self.owns_inner = False
                 dispose_inner_tier(self.tier.inner)
 
     # -- plumbing ------------------------------------------------------------------
 
-    def _call(self, fn: Callable[[], T]) -> tuple[T | None, str | None]:
+    def _construct(self, factory: TargetFactory) -> Target:
+        """The target, built on the scheduler thread; a constructor that does not return
+        is a finding like any other call that does not."""
         try:
-            return fn(), None
+            target: Target = self._scheduler.call(
+                lambda: factory(self.tier, self.mode), "the constructor", self._iut_threads
+            )
+        except CallHung as hung:
+            self.calls.append(Call(f"construct the class -> {_shown(None, HUNG)}", "construct", ()))
+            self._hung = hung
+            self.calls[-1].notes.extend(_stack_notes(hung))
+            self._feed([Hung(hung.call, hung.seconds)])
+            raise AssertionError("unreachable: a hung constructor is a violation") from None
+        return target
+
+    def _call(self, fn: Callable[[], T], what: str) -> tuple[T | None, str | None]:
+        """``fn()`` on the scheduler thread, bounded: its value, or the error it raised
+        (``CLOSED`` for the closed-manager error, ``HUNG`` if it did not return)."""
+        try:
+            return self._scheduler.call(fn, what, self._iut_threads), None
+        except CallHung as hung:
+            self._hung = hung
+            return None, HUNG
         except Exception as exc:
             if self.target.is_closed_error(exc):
                 return None, CLOSED
             return None, f"{type(exc).__name__}: {exc}"
 
+    def _iut_threads(self) -> list[threading.Thread]:
+        """The threads started since this driver was made: the IUT's (for a hang report)."""
+        return [t for t in threading.enumerate() if t not in self._oracle_threads]
+
     def _record(
         self, text: str, call: tuple[str, tuple[Any, ...]], observations: Sequence[Observation],
         first: Sequence[Observation] = (),
     ) -> None:
-        """Number the call, feed its observations to the checker.
-
-        Order: ``first``, the tier calls made meanwhile, then ``observations``.
-        """
+        """Number the call, feed its observations to the checker (``_observe``)."""
         record = Call(text, call[0], call[1])
         self.calls.append(record)
+        self._observe(record, observations, first)
+
+    def _observe(
+        self, record: Call, observations: Sequence[Observation],
+        first: Sequence[Observation] = (),
+    ) -> None:
+        """Feed what ``record``'s call showed to the checker.
+
+        Order: ``first``, the tier calls made meanwhile, then ``observations``.  A
+        call that did not return stands for all of them: it is the finding.
+        """
         seen: list[Observation] = list(first)
         for tier_call in self.tier.take_log():
             record.notes.append(
@@ -467,7 +597,15 @@ class Driver:
                 f"{tier_call.answer}"
             )
             self._posted_expected += len(tier_call.keys)
+            self._answered_keys.update(tier_call.keys)
+            self._requests.add(tier_call.request)
             seen.append(tier_call)
+        hung, self._hung = self._hung, None
+        if hung is not None:
+            record.notes.extend(_stack_notes(hung))
+            if not self.failed:
+                self._feed([*seen, Hung(hung.call, hung.seconds)])
+            return
         crash = self._take_crash()
         if crash is not None:
             # a thread of the IUT died during this call: that is the finding (property 7),
@@ -475,7 +613,7 @@ class Driver:
             record.notes.append(f"the worker thread died: {crash}")
             seen.append(WorkerDied(crash))
         seen.extend(observations)
-        stalled = any(isinstance(obs, Stalled) for obs in observations)
+        stalled = any(isinstance(obs, Stalled | Overdue) for obs in observations)
         if (
             self.mode == "threaded" and not stalled and not self.checker.stopped
             and not any(isinstance(obs, ShutdownSeen) for obs in observations)
@@ -503,7 +641,16 @@ class Driver:
         left = [f"{name}={_listed(tables[name])}" for name in full]
         if not left:
             return []
-        return [Leftover("; ".join(left), frozenset(roles.get(name, name) for name in full))]
+        probes = [tables[name] for name in full if roles.get(name, name) == "probes"]
+        held = {
+            key for table in probes if isinstance(table, Mapping)
+            for key in list(table) if isinstance(key, bytes)
+        }
+        return [Leftover(
+            "; ".join(left), frozenset(roles.get(name, name) for name in full),
+            frozenset(held & self._answered_keys),
+            frozenset().union(*(requests_named(t, self._requests) for t in probes)),
+        )]
 
     def _feed(self, seen: Sequence[Observation]) -> None:
         for obs in seen:
@@ -538,7 +685,18 @@ def _listed(table: object) -> str:
 def _shown(value: object, error: str | None) -> str:
     if error is None:
         return repr(value)
+    if error == HUNG:
+        return "did not return"
     return "raised the closed-manager error" if error == CLOSED else f"raised {error}"
+
+
+def _stack_notes(hung: CallHung) -> list[str]:
+    """The report's lines for a call that did not return: how long, and every stack."""
+    notes = [f"{hung.call} did not return within {hung.seconds:.1f} s; where each thread was:"]
+    for name, stack in hung.stacks:
+        notes.append(f"  thread {name!r}:")
+        notes.extend(f"    {line}" for line in stack.splitlines())
+    return notes
 
 
 def _raised(error: str | None) -> str:

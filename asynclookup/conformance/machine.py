@@ -162,6 +162,9 @@ def machine_class(
         def _step(self) -> None:
             counters.step()
             self.rules_run += 1
+            # before the rule's call: if only posts the oracle cannot see stand between
+            # the spec and quiescence, re-ask until the tables show them (leak check)
+            self.driver.await_empty()
 
         def _new_driver(self) -> Driver:
             # Rules run on this IUT: preconditions read these, never the checker's
@@ -194,6 +197,8 @@ def machine_class(
         def lookup(self, key: bytes, request: str) -> None:
             self._step()
             self.driver.lookup(key, request)
+            # a None that only a post not yet seen explains: re-ask, bounded
+            self.driver.await_verdict(key, request)
 
         @rule(target=listed_last)
         def flush(self) -> Any:
@@ -344,6 +349,7 @@ def machine_class(
                         )
 
         def teardown(self) -> None:
+            self.driver.await_empty()
             self.driver.close()
             self._collect()
 

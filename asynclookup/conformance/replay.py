@@ -31,6 +31,8 @@ from asynclookup.conformance.driver import (
     ShrinkReport,
 )
 from asynclookup.conformance.targets.adapter import Plan
+from asynclookup.conformance.targets.bounded import CALL_BOUND
+from asynclookup.observe.observations import Hung
 
 Step = tuple[str, tuple[Any, ...]]
 QUICK_WAIT = 0.5  # seconds a threaded shrink candidate waits for what the spec owes
@@ -39,12 +41,12 @@ CONFIRMED_AT_MOST = 6  # threaded: shrunk candidates confirmed at the full bound
 
 def open_replay(
     target: str, *, mode: str = "stepped", tier: str = "memory", strict_efficiency: bool = False,
-    wait_bound: float = WAIT_BOUND,
+    wait_bound: float = WAIT_BOUND, call_bound: float = CALL_BOUND,
 ) -> Driver:
     """A fresh driver for a replay (what replay files call)."""
     return Driver.open(
         target, mode=mode, tier=tier, strict_efficiency=strict_efficiency, patient=True,
-        wait_bound=wait_bound,
+        wait_bound=wait_bound, call_bound=call_bound,
     )
 
 
@@ -73,7 +75,7 @@ def shrink(error: ConformanceError, budget: float = 20.0) -> ConformanceError:
     Threaded replays depend on the worker thread's timing, so there a candidate
     gets up to three tries and is kept only if its recorded calls break the
     property once more; the run with a settle after every run of answers is
-    tried first, and if it reproduces, no settle is ever deleted alone.  A
+    tried first.  A
     candidate waits only ``QUICK_WAIT`` for a tier call or a post the spec owes
     (a counterexample that ends in one that never comes would otherwise cost the
     whole bound a candidate); the kept candidates are then replayed with the
@@ -91,6 +93,9 @@ def shrink(error: ConformanceError, budget: float = 20.0) -> ConformanceError:
 
 
 def _shrink(error: ConformanceError, budget: float, report: ShrinkReport) -> ConformanceError:
+    if isinstance(error.violation.observation, Hung):
+        report.stopped = "a call that did not return is not shrunk (each try waits the bound)"
+        return error
     number = error.violation.number
     threaded = error.config.get("mode", "stepped") != "stepped"
     tries = 3 if threaded else 1
@@ -99,12 +104,10 @@ def _shrink(error: ConformanceError, budget: float, report: ShrinkReport) -> Con
     best = error
     accepted: list[ConformanceError] = []  # every candidate taken, smallest last
     out_of_time = False
-    pinned = False  # threaded: best settles after its answers, and keeps those settles
+    pinned = False  # threaded: best settles after its answers
 
     def attempt(steps: list[Step], larger: bool = False) -> bool:
         nonlocal best, out_of_time
-        if pinned and _drops_a_settle(_steps(best.calls), steps):
-            return False
 
         def progress(found: ConformanceError | None) -> bool:
             # progress is a different run that is no larger: a candidate that fails
@@ -146,10 +149,10 @@ def _shrink(error: ConformanceError, budget: float, report: ShrinkReport) -> Con
 
     if threaded:
         # Threaded: the calls after an answer may matter only as time for the worker
-        # to post.  Pin that timing with a settle after every run of answers: when
-        # the pinned run still breaks the property, shrinking keeps those settles
-        # (a candidate without them would reproduce only by the luck of the worker's
-        # timing, and fail to confirm).  Otherwise try each answer moved later.
+        # to post.  Give it that time with a settle after every run of answers; if the
+        # run still breaks the property so, the settles are candidates for deletion
+        # like any call (a settle only waits: it judges nothing).  Otherwise try each
+        # answer moved later.
         steps = _steps(best.calls)
         full = _pin_all(steps)
         if full == steps:
@@ -205,30 +208,6 @@ def _shrink(error: ConformanceError, budget: float, report: ShrinkReport) -> Con
     report.stopped += "; no shrunk run reproduced at the full wait bound, so the "
     report.stopped += "unshrunk counterexample is shown"
     return error
-
-
-def _drops_a_settle(steps: list[Step], candidate: list[Step]) -> bool:
-    """Whether ``candidate``, ``steps`` with some deleted, deletes a settle but keeps an
-    answer it pins (one since the settle before it).  Deleting them all is fine."""
-    if len(candidate) >= len(steps):
-        return False
-    kept: list[bool] = []
-    j = 0
-    for step in steps:
-        same = j < len(candidate) and candidate[j] == step
-        kept.append(same)
-        j += same
-    if j != len(candidate):
-        return False  # not a plain deletion
-    for i, step in enumerate(steps):
-        if step[0] != "settle" or kept[i]:
-            continue
-        j = i - 1
-        while j >= 0 and steps[j][0] != "settle":
-            if steps[j][0] == "answer" and kept[j]:
-                return True  # an answer it pinned is kept: now unpinned
-            j -= 1
-    return False
 
 
 def _without_inert_cleanups(steps: list[Step]) -> list[Step]:

@@ -29,12 +29,13 @@ from typing import Protocol
 from asynclookup.observe.observations import (
     DrainSeen,
     FlushSeen,
+    Hung,
     Leftover,
     LookupSeen,
     Observation,
+    Overdue,
     PostSeen,
     ProbeGroupSeen,
-    Settled,
     ShutdownSeen,
     Stalled,
     Tables,
@@ -110,12 +111,22 @@ def classify(
         if obs.posted:
             return 3, "post() posted although the worker had nothing answered"
         return 6, "post() posted nothing although the worker had answered results"
-    if isinstance(obs, Settled):
-        return 6, "the worker says it posted everything, but the spec has unposted results"
+    if isinstance(obs, Overdue):
+        if obs.key is not None and obs.request is not None:
+            # a None that is the tier's own None passed through is the tier-answer rule
+            seen = LookupSeen(obs.key, obs.request, None)
+            probes = [p for s in states if (p := core.probe_of(s, obs.key)) is not None]
+            said = f"lookup({obs.key!r}, {obs.request!r}) kept returning None"
+            rule = _tier_answer_rule(checker, seen, probes, said)
+            if rule is not None:
+                return rule
+        return _overdue(obs, states)
     if isinstance(obs, Stalled):
         if not obs.worker_alive:
             return 7, f"the worker died: no {obs.waiting_for} came and its thread is gone"
         return 6, f"no {obs.waiting_for} came within the bound although the spec owes one"
+    if isinstance(obs, Hung):
+        return 6, f"{obs.call} did not return within {obs.seconds:.1f} s"
     if isinstance(obs, Tables):
         if not any(frozenset(r for r, _ in s.index) == obs.requests for s in states):
             shown = sorted(r for r, _ in states[0].index)
@@ -133,6 +144,19 @@ def classify(
             return 4, (
                 "with every request cleaned up and every result drained, the request index "
                 f"still holds {obs.tables}: after cleanup(r), nothing may refer to r"
+            )
+        if obs.stuck:
+            keys = ", ".join(repr(k) for k in sorted(obs.stuck))
+            return 6, (
+                "with every request cleaned up and every post due, the IUT still holds "
+                f"the probe of {keys}, which the tier answered: its result never landed "
+                f"({obs.tables})"
+            )
+        if obs.requests:
+            named = ", ".join(repr(r) for r in sorted(obs.requests))
+            return 4, (
+                f"with every request cleaned up, the IUT's probes still refer to {named} "
+                f"({obs.tables}): after cleanup(r), nothing may refer to r"
             )
         return 5, (
             "with every request cleaned up and every result drained, the IUT still "
@@ -218,6 +242,28 @@ def _verdicts(state: State, obs: LookupSeen) -> set[bool | None]:
         if core.lookup_enabled(start, action):
             out.add(core.lookup(start, action)[1])
     return out
+
+
+def _overdue(obs: Overdue, states: list[State]) -> tuple[int, str]:
+    """A post that did not come: what the worker held, and how long it was waited for."""
+    if not obs.worker_alive:
+        return 7, "the worker died: it never posted what the tier answered, its thread is gone"
+    held = sorted(
+        {(r.key, r.verdict) for s in states for r in s.posted + s.answered}, key=repr
+    )
+    answered = ", ".join(f"{key!r}: {verdict!r}" for key, verdict in held) or "every call"
+    tries = "1 re-ask" if obs.reasks == 1 else f"{obs.reasks} re-asks"
+    if obs.key is not None:
+        seen = (
+            f"lookup({obs.key!r}, {obs.request!r}) still returned None after {tries} "
+            f"(drain_results() and the lookup) over {obs.waited:.1f} s"
+        )
+    else:
+        seen = f"the tables still held it after {tries} of drain_results() over {obs.waited:.1f} s"
+    return 6, (
+        f"{seen}: the tier answered ({answered}) and no tier call was owed, yet the worker "
+        "never posted its verdict"
+    )
 
 
 def _lookup(checker: Checker, obs: LookupSeen, states: list[State]) -> tuple[int, str]:

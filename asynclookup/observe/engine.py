@@ -52,14 +52,15 @@ from asynclookup.observe.observations import (
     CleanupSeen,
     DrainSeen,
     FlushSeen,
+    Hung,
     Leftover,
     LookupSeen,
     MarkMissSeen,
     MarkPresentSeen,
     Observation,
+    Overdue,
     PostSeen,
     ProbeGroupSeen,
-    Settled,
     ShutdownSeen,
     Stalled,
     Tables,
@@ -80,14 +81,15 @@ __all__ = [
     "CleanupSeen",
     "DrainSeen",
     "FlushSeen",
+    "Hung",
     "Leftover",
     "LookupSeen",
     "MarkMissSeen",
     "MarkPresentSeen",
     "Observation",
+    "Overdue",
     "PostSeen",
     "ProbeGroupSeen",
-    "Settled",
     "ShutdownSeen",
     "Stalled",
     "Tables",
@@ -144,6 +146,37 @@ class Checker(Notes):
     def owed_tier_calls(self) -> int:
         """Tier calls every possible state still owes (groups queued or held)."""
         return min(_groups_owed(s) for s in self._states)
+
+    def awaits_post(self, key: bytes) -> bool:
+        """Whether ``key``'s verdict waits only on the hidden worker: in every possible
+        state its current probe is IN_FLIGHT with its result posted, or answered and
+        due to be posted (the worker holds no more of its batch).  Then a ``None``
+        for it is explained only by a post not yet made or applied, which the
+        driver settles by re-asking within a bound (``Overdue``)."""
+        for s in self._states:
+            p = core.probe_of(s, key)
+            if p is None or p.phase is not Phase.IN_FLIGHT:
+                return False
+            pending = s.posted if s.held else s.posted + s.answered
+            if not any(r.key == key and r.generation == p.generation for r in pending):
+                return False
+        return bool(self._states) and self.hidden_worker
+
+    def empty_once_posted(self) -> bool:
+        """Whether every possible state would hold nothing once the worker posted what it
+        is due to post and the results were applied, though some holds something now:
+        the leak check's quiescent point, but for posts the oracle cannot see."""
+        if self.stopped or not self.hidden_worker or self.expects_empty():
+            return False
+        post, drain = self.table[core.Post], self.table[core.Drain]
+        for s in self._states:
+            if post_due(s) and post.enabled(s, core.Post()):
+                s = post.apply(s, core.Post())[0]
+            if drain.enabled(s, core.Drain()):
+                s = drain.apply(s, core.Drain())[0]
+            if _holds_anything(s):
+                return False
+        return True
 
     def expects_empty(self) -> bool:
         """Whether no possible state holds anything (property 5's quiescent point):
@@ -323,13 +356,16 @@ class Checker(Notes):
             if obs.probed:
                 return dict(self._states)  # its tier call was the observation before
             return {s: t for s, t in self._states.items() if not s.held}
-        if isinstance(obs, Settled):
-            return {s: t for s, t in self._states.items() if not s.answered}
+        if isinstance(obs, Overdue):
+            # The bound passed and re-asks saw no post: by the last re-ask's drain the
+            # worker had not posted what it owed (a post after that drain would be one
+            # made in the very last pause of the bound: it counts as late too).
+            return {s: t for s, t in self._states.items() if not (post_due(s) or s.posted)}
         if isinstance(obs, Stalled):
-            if obs.waiting_for == "tier call" and self.owed_tier_calls() == 0:
+            if self.owed_tier_calls() == 0:
                 return dict(self._states)
             return {}
-        if isinstance(obs, WorkerDied):
+        if isinstance(obs, WorkerDied | Hung):
             return {}
         if isinstance(obs, Leftover):
             return {s: t for s, t in self._states.items() if _holds_anything(s)}
@@ -446,6 +482,12 @@ class Checker(Notes):
             action = core.ProbeGroup(verdicts)
             if apply.enabled(start, action):
                 yield apply.apply(start, action)[0]
+
+
+def post_due(state: State) -> bool:
+    """Whether the worker holds answered results and nothing more of its batch to probe:
+    posting is all it may do next (one worker posts before it takes the next batch)."""
+    return bool(state.answered) and not state.held
 
 
 def _holds_anything(state: State) -> bool:

@@ -3,8 +3,9 @@
 An observation is a frozen dataclass named after the spec action it shows:
 the seven scheduler calls with what they returned (or the error they raised),
 the worker's tier calls with the oracle's ``Answer``, and in stepped mode the
-worker steps with what they returned.  Threaded mode adds ``Settled``,
-``Stalled`` and ``WorkerDied``: what bounded waits for the worker found.
+worker steps with what they returned.  Threaded mode adds ``Stalled``,
+``Overdue`` and ``WorkerDied``: what bounded waits for the worker found, and
+``Hung``: a call into the IUT that did not return.
 ``Leftover`` and ``Tables`` are the looks inside: what an adapter's snapshot
 of the IUT's tables held when the spec says they must be empty (property 5),
 and which keys and requests a trace's tables event says the IUT holds.
@@ -162,19 +163,44 @@ class PostSeen:
 
 
 @dataclass(frozen=True)
-class Settled:
-    """Threaded mode: the worker has posted a result for every key the oracle answered.
-
-    It says nothing of batches whose tier calls the oracle has not answered.
-    """
-
-
-@dataclass(frozen=True)
 class Stalled:
-    """Threaded mode: ``waiting_for`` ("tier call" or "post") did not happen within the bound."""
+    """Threaded mode: a tier call the spec owes did not come within the bound.
+
+    ``waiting_for`` is always ``"tier call"``: a tier call is the one worker
+    step the oracle sees happen, so waiting for one is waiting for a fact.
+    """
 
     waiting_for: str
     worker_alive: bool
+
+
+@dataclass(frozen=True)
+class Overdue:
+    """Threaded mode: the worker did not post what it had answered, within the bound.
+
+    The oracle cannot see a black box's worker post.  It reports this only after
+    a bounded *eventually*: every tier call the spec owed was answered, and for
+    ``waited`` seconds re-asks (``drain_results()`` and a repeat ``lookup`` of
+    ``key`` by ``request``, which the protocol makes harmless) kept showing no
+    post.  From then on the states in which the worker still holds answered
+    results it owes a post of, or posted them only after the last re-ask's
+    drain, are excluded.  ``reasks``: how many re-asks
+    were made; ``key``/``request``: None when the re-ask read the IUT's tables.
+    """
+
+    waited: float
+    reasks: int
+    worker_alive: bool
+    key: bytes | None = None
+    request: str | None = None
+
+
+@dataclass(frozen=True)
+class Hung:
+    """A call into the IUT did not return within the bound (``seconds``)."""
+
+    call: str
+    seconds: float
 
 
 @dataclass(frozen=True)
@@ -205,12 +231,17 @@ class Leftover:
 
     tables: str
     roles: frozenset[str] = frozenset()
+    # keys the probe tables still hold although the tier answered them: a result that
+    # never landed (a stuck probe is progress, property 6, not a leak)
+    stuck: frozenset[bytes] = frozenset()
+    # request ids the probe tables still mention, every request being cleaned up
+    requests: frozenset[str] = frozenset()
 
 
 Observation = (
     LookupSeen | FlushSeen | CleanupSeen | MarkMissSeen | MarkPresentSeen | DrainSeen | ShutdownSeen
     | TierCallSeen | TakeBatchSeen | ProbeGroupSeen | PostSeen
-    | Settled | Stalled | WorkerDied | Leftover
+    | Stalled | Overdue | Hung | WorkerDied | Leftover
     | Tables
 )
 SCHEDULER_CALLS = (

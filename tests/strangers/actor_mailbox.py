@@ -231,7 +231,7 @@ class ActorCleanupMissesJoinedKeys(ActorManager):
 
 
 class ActorZipsAnswers(ActorManager):
-    """BUG (property 7): zip() over keys and a short answer; the missing keys are never posted."""
+    """BUG (property 6): zip() over keys and a short answer; the missing keys are never posted."""
 
     def _answers(self, keys: list[bytes], context: RequestContext) -> list[bool]:
         try:

@@ -204,7 +204,7 @@ class GenerationBlindResults(ConditionManager):
 
 
 class ZipsShortAnswers(ConditionManager):
-    """BUG (property 7): zip() over keys and answers; a short answer strands keys IN_FLIGHT."""
+    """BUG (property 6): zip() over keys and answers; a short answer strands keys IN_FLIGHT."""
 
     def _answers(self, keys: list[bytes], context: RequestContext) -> list[bool]:
         try:

@@ -175,7 +175,7 @@ class EagerMissForcesResolved(EagerManager):
 
 
 class EagerZipTruncates(EagerManager):
-    """BUG (property 7): zip() over keys and answers; keys a short answer missed stay IN_FLIGHT."""
+    """BUG (property 6): zip() over keys and answers; keys a short answer missed stay IN_FLIGHT."""
 
     def _verdicts(self, keys: list[bytes], context: RequestContext) -> list[bool]:
         try:

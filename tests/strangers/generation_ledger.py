@@ -202,7 +202,7 @@ class LedgerNeverForgets(GenerationLedgerManager):
 
 
 class LedgerLazyOutsideTry(GenerationLedgerManager):
-    """BUG (property 6): the answer is iterated after the try; a lazy raise kills the worker."""
+    """BUG (property 7): the answer is iterated after the try; a lazy raise kills the worker."""
 
     def _probe(self, keys: list[bytes], context: RequestContext) -> list[bool]:
         try:

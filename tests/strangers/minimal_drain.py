@@ -224,7 +224,7 @@ class MissOverridesInFlight(MinimalDrainManager):
 
 
 class LazyIterableKillsWorker(MinimalDrainManager):
-    """BUG (property 6): only the call is guarded; consuming a lazy answer that raises
+    """BUG (property 7): only the call is guarded; consuming a lazy answer that raises
     part-way kills the worker thread."""
 
     def _call_tier(self, keys: list[bytes], context: RequestContext) -> list[bool]:

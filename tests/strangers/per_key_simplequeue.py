@@ -213,7 +213,7 @@ class CleanupLeavesPendingOrphans(PerKeyQueueManager):
 
 
 class ConsumesAnswerOutsideTry(PerKeyQueueManager):
-    """BUG (property 6): the tier's iterable is consumed outside the try; a lazy raise kills
+    """BUG (property 7): the tier's iterable is consumed outside the try; a lazy raise kills
     the worker thread."""
 
     def _ask(self, keys: list[bytes], context: RequestContext) -> list[bool]:

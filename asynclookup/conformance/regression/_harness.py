@@ -35,11 +35,11 @@ def oracle_code() -> str:
     becomes a tier answer, and the wrapper that counts what the worker posts."""
     sources = [inspect.getsource(x) for x in (
         observations.Answer, adapter.Plan, adapter._deliver, adapter._lazy, memory_answer,
-        threads.CountingQueue)]
+        threads.results_in, threads.CountingQueue)]
     return "\n\n\n".join(part.rstrip("\n") for part in [
         "# -- the oracle's own code, copied in when this file was written: how a plan becomes\n"
         "# the tier's answer (Answer, Plan, _deliver, _lazy, memory_answer), and the wrapper\n"
-        "# that counts the results the worker posts (CountingQueue) --------------------------",
+        "# that counts the results the worker posts (results_in, CountingQueue) --------------",
         f"JUNK: tuple[object, ...] = {adapter.JUNK!r}  # the non-bool values a tier may give\n"
         f"SLOW_SECONDS = {adapter.SLOW_SECONDS!r}  # how long a slow answer keeps the worker",
         'class TierFault(RuntimeError):\n    """What the scripted tier raises when its plan '
@@ -223,23 +223,49 @@ class Run:
                        f"{call.request!r}; the protocol allows {shown} here", breaks)
         self._after(asked, branches, unchecked, empty)
 
-    def settle(self, *, wait: Any = False, empty: Any = False, breaks: str | None = None) -> None:
-        """Wait (bounded) until the worker has posted a result for every key it was
-        answered for."""
-        self._begin("wait until the worker has posted its results")
-        if self._pick(wait) and not self.unchecked:
-            posted = self.posted
-            if posted is None:
-                self._fail(f"cannot count what the worker posts: the class has no {RESULTS}",
-                           None)
+    def settle(self, *, wait: Any = False, empty: Any = False) -> None:
+        """Give the worker time to post what it was answered (a wait, not a check)."""
+        self._begin("let the worker post its results")
+        posted = self.posted
+        if self._pick(wait) and posted is not None:
             expected = self.tier.keys_answered
             with posted.changed:
                 posted.changed.wait_for(
                     lambda: posted.sizes_put >= expected or self.crash is not None, WAIT
                 )
-            if posted.sizes_put < expected:
-                self._fail(f"the worker posted {posted.sizes_put} of the {expected} results "
-                           f"it owes within {WAIT} s{self._crashed()}", breaks)
+        self._after(None, False, (), empty)
+
+    def await_verdict(self, key: bytes, request: str, allowed: Any, *, empty: Any = False,
+                      branches: bool = False, unchecked: Any = (),
+                      breaks: str | None = None) -> None:
+        """Re-ask drain_results() and lookup(key, request) until a verdict shows (bounded);
+        what shows must be one the protocol allows."""
+        self._begin(f"re-ask drain_results() and lookup({key!r}, {request!r})")
+        deadline, pause = time.monotonic() + WAIT, 0.0005
+        while True:
+            self.manager.drain_results()
+            verdict = self.manager.lookup(key, Context(request))
+            if verdict is not None or time.monotonic() >= deadline or self.crash:
+                break
+            threading.Event().wait(pause)  # between two re-asks; each is a check
+            pause = min(2 * pause, 0.05)
+        allowed = self._pick(allowed)
+        if not self.unchecked and not any(verdict is v for v in allowed):
+            late = f" after {WAIT} s of re-asking{self._crashed()}" if verdict is None else ""
+            self._fail(f"returned {verdict!r}{late}; the protocol allows {_either(allowed)} "
+                       "here", breaks)
+        self._after(verdict, branches, unchecked, empty)
+
+    def await_empty(self, *, empty: Any = False) -> None:
+        """Re-ask drain_results() until the tables are empty (bounded); then check them."""
+        self._begin("re-ask drain_results() until the tables are empty")
+        deadline, pause = time.monotonic() + WAIT, 0.0005
+        while TABLES and time.monotonic() < deadline:
+            self.manager.drain_results()
+            if not any(len(_sized(_resolve(self.manager, t))) for t in TABLES):
+                break
+            threading.Event().wait(pause)  # between two re-asks; each is a check
+            pause = min(2 * pause, 0.05)
         self._after(None, False, (), empty)
 
     def shutdown(self, plans: list[Plan], allowed: Any, *, branches: bool = False,

@@ -32,7 +32,7 @@ from asynclookup.observe.engine import (
     MarkMissSeen,
     MarkPresentSeen,
     Observation,
-    Settled,
+    Overdue,
     ShutdownSeen,
     Stalled,
     TierCallSeen,
@@ -44,6 +44,7 @@ from asynclookup.spec.errors import AsyncLookupError
 from asynclookup.spec.properties import title_of
 from asynclookup.spec.state import State
 
+VERDICT_CALLS = ("lookup", "await_verdict")  # the steps whose outcome is a verdict
 MAX_PATHS = 64  # paths followed at one step; a run that forks more is refused
 MAX_SHUTDOWN_CALLS = 8  # tier calls a shutdown may make in one explored sequence
 Outcome = Any  # a verdict, a (request, keys) tier call, None, or a tuple of tier calls
@@ -162,11 +163,25 @@ def _outcomes(path: _Path, call: Call) -> list[tuple[Outcome, list[Observation]]
             out.append((None, []))
         return out
     if method == "settle":
-        return [(None, [Settled()] if _settles(path) else [])]
+        return [(None, [])]  # a wait for the worker, a hint: it judges nothing
+    if method == "await_verdict":
+        key, request = args[0], args[1]
+        return [
+            (v, [DrainSeen(), LookupSeen(key, request, v), *([_late(key, request)] if v is None
+                                                            else [])])
+            for v in (None, False, True)
+        ]
+    if method == "await_empty":
+        return [(None, [DrainSeen(), _late(None, None)])]
     seen = _seen_of(call)
     if seen is None:
         raise RegressionError(f"cannot write {call.text!r} as a regression step")
     return [(None, [seen])]
+
+
+def _late(key: bytes | None, request: str | None) -> Overdue:
+    """What the re-asks of an ``await_*`` step conclude when the bound passes unseen."""
+    return Overdue(0.0, 1, True, key, request)
 
 
 def _settles(path: _Path) -> bool:
@@ -254,7 +269,7 @@ def _step(
             nxt = _fork(path)
             verdict = _judge(nxt, seen, strict)
             if isinstance(verdict, Violation):
-                if call.method == "lookup":
+                if call.method in VERDICT_CALLS:
                     step.breaks.add(verdict.title)
                 continue
             allowed.append(outcome)
@@ -266,11 +281,11 @@ def _step(
             if step.wait[key]:
                 nxt.settled_at = nxt.answered
             children.append((outcome, nxt, nxt.checker.expects_empty()))
-        step.allowed[key] = set(allowed) if call.method == "lookup" else frozenset(allowed)
+        step.allowed[key] = (
+            set(allowed) if call.method in VERDICT_CALLS else frozenset(allowed)
+        )
         if call.method == "answer" and step.owed[key]:
             step.breaks.add(_title_of(path.checker, Stalled("tier call", True)))
-        if step.wait[key]:
-            step.breaks.add(_title_of(path.checker, Stalled("post", True)))
     step.branches = any(len(v) > 1 for v in step.allowed.values())
     return step, children
 
@@ -313,8 +328,17 @@ def why(call: Call, before: Sequence[Sequence[State]], step: Step) -> list[str]:
         if not any(step.wait.values()):
             return ["The worker owes no post here, so the test does not wait."]
         return ["The worker has been answered and owes a result for every key it asked "
-                "about; it posts them before it takes another batch (property 6), so the "
-                "test waits for them, bounded."]
+                "about; the test gives it time to post them (a wait, not a check: the "
+                "steps after it judge what shows)."]
+    if method == "await_verdict":
+        allowed = sorted({v for a in step.allowed.values() for v in a}, key=repr)
+        return ["The tier answered and nothing more is owed, so the worker must post and "
+                "the verdict show (property 6): the test re-asks drain_results() and the "
+                f"lookup, bounded, and the protocol allows {_either(allowed)} then."]
+    if method == "await_empty":
+        return ["Every request is cleaned up once the worker posts what it owes: the test "
+                "re-asks drain_results(), bounded, until the tables are empty "
+                "(properties 4 and 5)."]
     if method == "cleanup":
         return [f"{args[0]!r} stops being a requester; a probe left without requesters is "
                 "deleted unless it is IN_FLIGHT (its result deletes it later)."]

@@ -23,7 +23,7 @@ from asynclookup.conformance.regression._paths import ByPath, Explored, Step
 from asynclookup.conformance.targets.adapter import Plan
 
 WIDTH = 96  # the generated file's line length
-JUDGED = ("lookup", "answer", "settle", "shutdown")  # the harness calls that take breaks=
+JUDGED = ("lookup", "await_verdict", "answer", "shutdown")  # the harness calls that take breaks=
 INDENT = " " * 8  # a step inside ``with Run(...) as run:``
 
 
@@ -64,7 +64,7 @@ def _arguments(step: Step) -> list[str]:
     call, args = step.call, step.call.args
     method = call.method
     head: list[str] = []
-    if method == "lookup":
+    if method in ("lookup", "await_verdict"):
         head = [literal(args[0]), literal(args[1])]
     elif method == "cleanup":
         head = [literal(args[0])]
@@ -76,7 +76,7 @@ def _arguments(step: Step) -> list[str]:
         head = [literal(list(args[0]) if args and args[0] else [])]
     options = {
         "allowed": _by_path(step.allowed, None)
-        if method in ("lookup", "answer", "shutdown") else None,
+        if method in ("lookup", "await_verdict", "answer", "shutdown") else None,
         "owed": _by_path(step.owed, False) if method == "answer" else None,
         "wait": _by_path(step.wait, False) if method == "settle" else None,
         "empty": _by_path(step.empty, False),
@@ -206,8 +206,9 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NoReturn

@@ -320,7 +320,13 @@ class Target(Protocol):
     def worker_alive(self) -> bool: ...
 
     def wait_posted(self, results: int, timeout: float) -> bool | None:
-        """Threaded: wait until ``results`` results were posted in all; None: cannot tell."""
+        """Threaded: wait until ``results`` results were posted in all; None: cannot tell.
+
+        A hint: it may shorten the oracle's wait for the worker, it never decides a
+        verdict (what a lookup shows does).  A target may name what it watches in
+        a ``post_watch`` attribute (e.g. "results counted on `_results`"), which the
+        report quotes when the hint fired.
+        """
         ...
 
     def is_closed_error(self, exc: BaseException) -> bool:
@@ -402,6 +408,8 @@ class ReferenceAdapter:
 
     def worker_alive(self) -> bool:
         return bool(self.manager.health().alive) or bool(self.manager.closed)
+
+    post_watch = "results the reference reported posted"
 
     def wait_posted(self, results: int, timeout: float) -> bool | None:
         with self._changed:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
+from asynclookup.conformance.targets.bounded import CALL_BOUND, CallHung, SchedulerThread
 from asynclookup.conformance.targets.shape import ROLES, Shape
 
 KEY = b"asynclookup-shape-probe-key"
@@ -157,8 +158,29 @@ def explore(
     """Find the tables of the instance ``build(answer)`` makes (its tier: ``answer``).
 
     ValueError (one line) for a named table the instance lacks; anything else
-    that goes wrong only turns the leak check off, with the reason.
+    that goes wrong only turns the leak check off, with the reason.  Every call
+    into the instance is made on a thread of its own, bounded: one that does not
+    return turns the leak check off too (the run itself then reports that call).
     """
+    runner = SchedulerThread(CALL_BOUND, name="asynclookup-tables")
+    try:
+        return runner.call(
+            lambda: _explore_one(build, shape, context), "looking for its tables", list
+        )
+    except CallHung as hung:
+        return TablesUsed(reason=(
+            f"a call made while looking for its tables did not return within "
+            f"{hung.seconds:.1f} s"
+        ))
+    finally:
+        runner.close()
+
+
+def _explore_one(
+    build: Callable[[Callable[[Any], list[bool]]], Any],
+    shape: Shape,
+    context: Callable[[str], Any],
+) -> TablesUsed:
     stub = _Stub()
     try:
         manager = build(stub.answer)
@@ -260,21 +282,30 @@ def _role(value: Any) -> str | None:
     return "batch" if any(_mentions(v) for v in value) else None
 
 
-def _mentions(value: Any, depth: int = DEPTH) -> bool:
-    """Whether ``value`` holds the key ``KEY``, searched ``depth`` levels deep."""
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value) == KEY
-    if depth == 0 or isinstance(value, str | int | float | bool) or value is None:
+def _mentions(value: Any, depth: int = DEPTH, target: bytes | str = KEY) -> bool:
+    """Whether ``value`` holds ``target`` (a key, or a request id), ``depth`` levels deep."""
+    if isinstance(value, bytes | bytearray | memoryview | str):
+        return (bytes(value) if not isinstance(value, str) else value) == target
+    if depth == 0 or isinstance(value, int | float | bool) or value is None:
         return False
+    deeper = depth - 1
     if isinstance(value, Mapping):
-        return any(_mentions(k, depth - 1) or _mentions(v, depth - 1) for k, v in value.items())
+        return any(
+            _mentions(k, deeper, target) or _mentions(v, deeper, target)
+            for k, v in list(value.items())
+        )
     if isinstance(value, Iterable) and isinstance(value, Sized):
-        return any(_mentions(v, depth - 1) for v in list(value))
+        return any(_mentions(v, deeper, target) for v in list(value))
     fields = getattr(value, "__dict__", None)
     if isinstance(fields, dict):
-        return any(_mentions(v, depth - 1) for v in fields.values())
+        return any(_mentions(v, deeper, target) for v in list(fields.values()))
     slots = getattr(type(value), "__slots__", ())
-    return any(_mentions(getattr(value, s, None), depth - 1) for s in slots)
+    return any(_mentions(getattr(value, s, None), deeper, target) for s in slots)
+
+
+def requests_named(table: Any, requests: Iterable[str]) -> frozenset[str]:
+    """The request ids of ``requests`` that ``table`` (a probes table) still mentions."""
+    return frozenset(r for r in requests if _mentions(table, DEPTH + 1, r))
 
 
 def _collection(value: object) -> bool:

@@ -6,7 +6,8 @@ someone replaced it since), so an IUT thread's uncaught exception reaches the
 callback its adapter registered in ``WATCHED`` while the adapter lives, and the
 process's own hook is untouched before and after.  ``CountingQueue`` wraps the
 queue an IUT's worker posts its results on, so that an adapter can wait,
-bounded, until so many results were posted.  ``IdleWatch`` is the fallback
+bounded, until so many results were posted.  Both are hints that shorten the
+oracle's wait for a post, never evidence a verdict rests on.  ``IdleWatch`` is the fallback
 for an IUT whose results store is no queue (a dict, a list under a lock): it
 counts the results of a tier call as posted once the thread that made the call
 is idle again, blocked in its next wait.
@@ -18,11 +19,12 @@ from __future__ import annotations
 
 import os
 import queue
+import select
 import sys
 import threading
 import traceback
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -91,8 +93,29 @@ def hook_users() -> int:
 # -- counting what the IUT's worker posts (for wait_posted) ---------------------------
 
 
+def results_in(item: object) -> int:
+    """How many results one item put on a results queue holds, whatever its shape.
+
+    One result is a ``(key, generation, verdict)`` triple (a tuple or list whose
+    first element is the key, as bytes); a mapping holds one result per entry (a
+    dict per batch); another list, tuple or set holds the results of its items (a
+    list per group or per batch); ``None`` is a sentinel (0); anything else is
+    one result (a result object of the class's own).  A hint for a wait, never a
+    verdict: a miscount only makes the wait end early or run to its bound.
+    """
+    if item is None:
+        return 0
+    if isinstance(item, tuple | list) and item and isinstance(item[0], bytes):
+        return 1
+    if isinstance(item, Mapping):
+        return len(item)
+    if isinstance(item, tuple | list | set | frozenset):
+        return sum(results_in(x) for x in item)
+    return 1
+
+
 class CountingQueue:
-    """Wraps a queue: counts the results put (the sizes of the items) and wakes waiters."""
+    """Wraps a queue: counts the results put (``results_in`` each item) and wakes waiters."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
@@ -102,8 +125,7 @@ class CountingQueue:
     def put(self, item: Any, *args: Any, **kwargs: Any) -> None:
         self._inner.put(item, *args, **kwargs)
         with self.changed:
-            if item is not None:
-                self.sizes_put += len(item) if hasattr(item, "__len__") else 1
+            self.sizes_put += results_in(item)
             self.changed.notify_all()
 
     def put_nowait(self, item: Any) -> None:
@@ -129,10 +151,20 @@ def wrap_queue(manager: Any, path: str) -> CountingQueue | None:
 _WAIT_CODE = threading.Condition.wait.__code__  # Queue.get, Event.wait, Semaphore, ... wait here
 
 
+_SELECTORS = tuple(
+    kind for kind in (getattr(select, name, None) for name in ("epoll", "poll", "kqueue"))
+    if isinstance(kind, type)
+)
+
+
 def _blocks(arg: object) -> bool:
-    """Whether a C function called is a blocking ``SimpleQueue.get`` (it has no Python frame)."""
-    return getattr(arg, "__name__", "") == "get" and isinstance(
-        getattr(arg, "__self__", None), queue.SimpleQueue
+    """Whether a C function called blocks the thread (it has no Python frame): a
+    ``SimpleQueue.get``, or a selector's wait (an asyncio event loop between events)."""
+    name, owner = getattr(arg, "__name__", ""), getattr(arg, "__self__", None)
+    if name == "get" and isinstance(owner, queue.SimpleQueue):
+        return True
+    return name in ("poll", "control", "select") and (
+        isinstance(owner, _SELECTORS) or owner is select
     )
 
 
@@ -144,15 +176,16 @@ class IdleWatch:
     From the return on, a profile function on that thread only (``sys.setprofile``)
     waits for the thread's next blocking wait: a ``threading.Condition.wait``
     (which ``queue.Queue.get``, ``Event.wait``, ``Semaphore.acquire`` and
-    ``wait_for`` all reach), a ``SimpleQueue.get``, or the end of the thread
-    (a next tier call is not idle: a worker posting per batch asks the tier
-    for the batch's next group first).  Then the keys it returned count as
-    posted: a worker that waits for its next batch has posted what it had
-    (PROTOCOL.md: results are posted "always before it takes the next batch"),
-    and one that has not will not post until it is woken, which the oracle
-    reports.  No polling and no sleeping: the thread itself says so.
-    It assumes the thread that called the tier posts its results (a pool whose
-    dispatcher posts for its threads needs a results queue).
+    ``wait_for`` all reach), a ``SimpleQueue.get``, a selector's wait (an
+    asyncio loop between events), or the end of the thread (a next tier call is
+    not idle: a worker posting per batch asks the tier for the batch's next
+    group first).  Then the keys it returned count as posted: a worker that
+    waits for its next batch has usually posted what it had (docs/protocol.md:
+    results are posted "always before it takes the next batch").  Usually: a
+    thread that hands its results to another to post (a pool's dispatcher, a
+    loop's callback) is idle before the post.  So this only ends the oracle's
+    wait; whether the verdict shows is judged by the lookups after it, which
+    re-ask until a bound (``Driver.await_verdict``).
     """
 
     def __init__(self) -> None:

@@ -351,6 +351,15 @@ class VllmAdapter:
             return True  # the next scheduler call reports the crash, with its place
         return all(t.is_alive() for t in self.threads)
 
+    @property
+    def post_watch(self) -> str | None:
+        """What ``wait_posted`` watches, for the report (None: nothing)."""
+        if self._posted is not None and self.impl.tables.results is not None:
+            return f"results counted on `{self.impl.tables.results.path}`"
+        if self._idle is not None:
+            return "the tier-calling thread went idle after its answers"
+        return None
+
     def wait_posted(self, results: int, timeout: float) -> bool | None:
         posted, idle = self._posted, self._idle
         if posted is not None:

@@ -23,7 +23,7 @@ from asynclookup.observe.engine import (
     Observation,
     PostSeen,
     ProbeGroupSeen,
-    Settled,
+    Overdue,
     ShutdownSeen,
     Stalled,
     TakeBatchSeen,
@@ -128,14 +128,45 @@ def test_calls_after_shutdown_raising_the_closed_error_conform() -> None:
     feed([ShutdownSeen(), LookupSeen(K0, "A", None, CLOSED), FlushSeen(CLOSED), ShutdownSeen()])
 
 
-def test_settled_makes_posted_results_certain() -> None:
-    """After the worker settled, the first lookup after a flush must deliver the verdict."""
+def test_a_none_that_an_unseen_post_explains_is_not_judged() -> None:
+    """Threaded: the worker may not have posted yet, so None after its tier call conforms."""
+    feed(
+        [LookupSeen(K0, "A", None), FlushSeen(), TierCallSeen((K0,), "A", TRUE), FlushSeen(),
+         LookupSeen(K0, "A", None), DrainSeen(), LookupSeen(K0, "A", None)],
+        threaded=True,
+    )
+
+
+def test_awaits_post_when_only_an_unseen_post_explains_a_none() -> None:
+    """The checker says so when a None is explained only by a post not yet made."""
+    checker = feed(
+        [LookupSeen(K0, "A", None), FlushSeen(), TierCallSeen((K0,), "A", TRUE), DrainSeen(),
+         LookupSeen(K0, "A", None)],
+        threaded=True,
+    )
+    assert checker.awaits_post(K0)
+    assert not checker.awaits_post(K1)
+
+
+def test_overdue_post_after_the_bound_is_property_6() -> None:
+    """Re-asks that saw no post for the whole bound exclude the unposted states: property 6."""
     base: list[Observation] = [
-        LookupSeen(K0, "A", None), FlushSeen(), TierCallSeen((K0,), "A", TRUE), Settled(),
-        FlushSeen(),
+        LookupSeen(K0, "A", None), FlushSeen(), TierCallSeen((K0,), "A", TRUE), DrainSeen(),
+        LookupSeen(K0, "A", None),
     ]
-    violation = first_violation([*base, LookupSeen(K0, "A", None)], threaded=True)
+    violation = first_violation([*base, Overdue(3.0, 12, True, K0, "A")], threaded=True)
     assert violation.number == 6
+    assert "after 12 re-asks" in violation.detail
+
+
+def test_overdue_with_a_batch_still_being_probed_is_no_violation() -> None:
+    """A worker that posts per batch owes no post while a group of its batch is unprobed."""
+    feed(
+        [LookupSeen(K0, "A", None), LookupSeen(K1, "B", None), FlushSeen(),
+         TierCallSeen((K0,), "A", TRUE), DrainSeen(), LookupSeen(K0, "A", None),
+         Overdue(3.0, 12, True, K0, "A")],
+        threaded=True,
+    )
 
 
 # -- planted bugs -------------------------------------------------------------------
@@ -381,7 +412,7 @@ def test_non_bool_answer_passed_through_names_the_tier_answer_rule(junk: object)
     """A lookup that returns the tier's non-bool value itself breaks the tier-answer rule (7)."""
     violation = first_violation(
         [LookupSeen(K0, "A", None), FlushSeen(), TierCallSeen((K0,), "A", Answer((junk,))),
-         Settled(), FlushSeen(), LookupSeen(K0, "A", junk)],  # type: ignore[arg-type]
+         FlushSeen(), LookupSeen(K0, "A", junk)],  # type: ignore[arg-type]
         threaded=True,
     )
     assert violation.number == 7
@@ -394,7 +425,7 @@ def test_non_bool_answer_coerced_with_bool_names_the_tier_answer_rule(junk: obje
     """A lookup that returns bool() of the tier's non-bool value breaks the tier-answer rule."""
     violation = first_violation(
         [LookupSeen(K0, "A", None), FlushSeen(), TierCallSeen((K0,), "A", Answer((junk,))),
-         Settled(), FlushSeen(), LookupSeen(K0, "A", True)],
+         FlushSeen(), LookupSeen(K0, "A", True)],
         threaded=True,
     )
     assert violation.number == 7
@@ -405,6 +436,6 @@ def test_non_bool_answer_read_as_false_is_accepted() -> None:
     """A lookup that reads the tier's non-bool value as False keeps the rule."""
     feed(
         [LookupSeen(K0, "A", None), FlushSeen(), TierCallSeen((K0,), "A", Answer((1,))),
-         Settled(), FlushSeen(), LookupSeen(K0, "A", False)],
+         FlushSeen(), LookupSeen(K0, "A", False)],
         threaded=True,
     )

@@ -1,0 +1,130 @@
+"""Every call into an implementation under test, bounded in time.
+
+The oracle calls the IUT's scheduler methods (and its constructor, and in
+stepped mode its worker steps) from one thread of its own, the *scheduler
+thread*, and waits for each call at most ``bound`` seconds.  A call that has
+not returned by then is a finding, not a hang of the oracle: ``CallHung``
+says which call, after how long, and where each of the IUT's threads stood
+(their stacks), and the scheduler thread is abandoned (it is a daemon, so the
+process can still exit; nothing is called on that IUT again).
+
+One thread for every call keeps what the IUT sees the same as a plain
+scheduler's: every call comes from the same thread, one at a time.  Waits are
+``threading.Event.wait`` with a timeout: nothing here sleeps.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from asynclookup.spec.errors import AsyncLookupError
+
+T = TypeVar("T")
+
+CALL_BOUND = 5.0  # seconds one call into the IUT may take before it is reported as hung
+STACK_FRAMES = 6  # innermost frames shown of each thread's stack
+
+
+class CallHung(AsyncLookupError, RuntimeError):
+    """A call into the IUT did not return within the bound.
+
+    ``call``: the call as the report reads it; ``seconds``: how long the oracle
+    waited; ``stacks``: each watched thread's name and its innermost frames.
+    """
+
+    def __init__(self, call: str, seconds: float, stacks: list[tuple[str, str]]) -> None:
+        self.call = call
+        self.seconds = seconds
+        self.stacks = stacks
+        super().__init__(f"{call} did not return within {seconds:.1f} s")
+
+
+class _Job:
+    __slots__ = ("done", "error", "fn", "value")
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+class SchedulerThread:
+    """Runs calls one at a time on a daemon thread; each waited for at most ``bound`` s."""
+
+    def __init__(self, bound: float = CALL_BOUND, name: str = "asynclookup-scheduler") -> None:
+        self.bound = bound
+        self.hung: CallHung | None = None  # once a call hung, nothing more is run
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def thread(self) -> threading.Thread:
+        """The thread the IUT's calls run on (not one of the IUT's own)."""
+        return self._thread
+
+    def call(
+        self, fn: Callable[[], T], what: str, watched: Callable[[], Iterable[threading.Thread]]
+    ) -> T:
+        """``fn()`` on the scheduler thread: its value, or its exception re-raised here.
+
+        ``what`` names the call in a ``CallHung``; ``watched`` gives the threads
+        whose stacks the report shows (the scheduler thread's comes first).
+        """
+        if self.hung is not None:
+            raise self.hung
+        job = _Job(fn)
+        started = time.monotonic()
+        self._jobs.put(job)
+        if not job.done.wait(self.bound):
+            seconds = time.monotonic() - started
+            threads = [self._thread, *(t for t in watched() if t is not self._thread)]
+            self.hung = CallHung(what, seconds, stacks_of(threads))
+            raise self.hung
+        if job.error is not None:
+            raise job.error
+        value: T = job.value
+        return value
+
+    def close(self) -> None:
+        """Let the thread end (unless a call hung: then it never will, and it is a daemon)."""
+        if self.hung is None:
+            self._jobs.put(None)
+            self._thread.join(self.bound)
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            try:
+                job.value = job.fn()
+            except BaseException as exc:  # re-raised on the caller's thread
+                job.error = exc
+            finally:
+                job.done.set()
+
+
+def stacks_of(threads: Iterable[threading.Thread]) -> list[tuple[str, str]]:
+    """Each live thread's name and its innermost ``STACK_FRAMES`` frames, as text."""
+    frames = sys._current_frames()
+    out: list[tuple[str, str]] = []
+    for thread in threads:
+        frame = frames.get(thread.ident) if thread.ident is not None else None
+        if frame is None:
+            continue
+        summary = traceback.extract_stack(frame)[-STACK_FRAMES:]
+        lines = [
+            f"{entry.filename}:{entry.lineno} in {entry.name}"
+            + (f": {entry.line.strip()}" if entry.line else "")
+            for entry in summary
+        ]
+        out.append((thread.name, "\n".join(lines)))
+    return out

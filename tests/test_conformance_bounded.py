@@ -1,0 +1,94 @@
+"""Every call into a class is bounded: a call that never returns is a finding, not a hang.
+
+Each class below is the zoo's correct vLLM-shaped manager with one call that
+blocks for ever (on an Event nobody sets).  The oracle must report which call,
+after how long and where each thread stood, and end the run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from asynclookup.conformance.driver import ConformanceError
+from asynclookup.conformance.replay import open_replay
+from tests.zoo.vllm_shaped import VllmShapedManager
+
+NEVER = threading.Event()  # never set
+BOUND = 0.5  # the call bound these tests use (seconds)
+
+
+class LookupNeverReturns(VllmShapedManager):
+    """lookup() blocks for ever the second time a key is asked about."""
+
+    def lookup(self, key: bytes, req_context: Any) -> bool | None:
+        if key in self._lookup_state:
+            NEVER.wait()
+        return super().lookup(key, req_context)
+
+
+class FlushNeverReturns(VllmShapedManager):
+    """flush() blocks for ever."""
+
+    def flush(self) -> None:
+        NEVER.wait()
+
+
+class ShutdownNeverReturns(VllmShapedManager):
+    """shutdown() blocks for ever."""
+
+    def shutdown(self) -> None:
+        NEVER.wait()
+
+
+class ConstructorNeverReturns(VllmShapedManager):
+    """The constructor blocks for ever."""
+
+    def __init__(self, tier_type: str) -> None:
+        NEVER.wait()
+
+
+def _run(cls: str, calls: list[tuple[str, tuple[Any, ...]]]) -> ConformanceError:
+    started = time.monotonic()
+    with pytest.raises(ConformanceError) as caught:
+        driver = open_replay(f"impl:{__name__}:{cls}", mode="threaded", call_bound=BOUND)
+        try:
+            for method, args in calls:
+                getattr(driver, method)(*args)
+        finally:
+            driver.close()
+    assert time.monotonic() - started < 10 * BOUND + 3
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("cls", "calls", "what"),
+    [
+        ("LookupNeverReturns", [("lookup", (b"k0", "A")), ("lookup", (b"k0", "A"))],
+         "lookup(b'k0', 'A')"),
+        ("FlushNeverReturns", [("lookup", (b"k0", "A")), ("flush", ())], "flush()"),
+        ("ShutdownNeverReturns", [("lookup", (b"k0", "A")), ("shutdown", ())], "shutdown()"),
+    ],
+)
+def test_a_call_that_never_returns_is_property_6_naming_it(
+    cls: str, calls: list[tuple[str, tuple[Any, ...]]], what: str
+) -> None:
+    """The report names the call, the bound, and where each thread stood."""
+    error = _run(cls, calls)
+    assert error.violation.number == 6
+    assert f"{what} did not return within" in error.violation.detail
+    text = str(error)
+    assert "-> did not return" in text
+    assert "thread 'asynclookup-scheduler'" in text
+    assert "NEVER.wait()" in text  # the line of the class it is stuck at
+
+
+def test_a_constructor_that_never_returns_is_a_finding() -> None:
+    """A constructor that does not return is reported like any other call."""
+    error = _run("ConstructorNeverReturns", [])
+    assert error.violation.number == 6
+    assert "the constructor did not return within" in error.violation.detail
+    assert error.calls[0].method == "construct"
