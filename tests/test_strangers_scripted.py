@@ -527,8 +527,9 @@ SCENARIOS_FOR: dict[int, tuple[Callable[[Harness], None], ...]] = {
     3: (mark_miss_leaves_pending_and_in_flight,),
     4: (),  # filled below: the cleanup scenario
     5: (),
-    6: (worker_survives_lazy_raise, first_lookup_after_flush_drains),
-    7: (short_answer_gives_false,),
+    # a verdict that never comes: keys a short answer stranded, or never drained
+    6: (short_answer_gives_false, first_lookup_after_flush_drains),
+    7: (worker_survives_lazy_raise,),  # a worker that dies
     8: (cleanup_keeps_in_flight_probe,),
     9: (one_request_per_tier_call,),
 }

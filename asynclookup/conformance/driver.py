@@ -75,7 +75,7 @@ CATCH_UP_CALLS = 8  # tier calls one catch_up answers at most
 REASK_PAUSES = (0.0005, 0.05)
 # How long a settle lets the target's hint (``wait_posted``) hold the oracle: a worker
 # posts within microseconds of its answer; one that does not is judged by the re-asks.
-HINT_BOUND = 0.25
+HINT_BOUND = 0.05
 HUNG = "<did not return>"  # the error of a call that did not return within the bound
 
 
@@ -394,9 +394,14 @@ class Driver:
         may shorten (a results queue counted, its thread gone idle).  It judges
         nothing: whether a verdict shows is judged by the lookups after it, which
         re-ask within a bound (``await_verdict``).  Recorded with what was seen."""
-        owed = self.checker.owed_tier_calls() > 0
-        if self.failed or owed or not self.unsettled():
-            return  # tier calls are still owed, or nothing new to wait for
+        if self.failed:
+            return
+        released = self.tier.release()
+        if self.checker.owed_tier_calls() > 0 or not self.unsettled():
+            if released:  # a worker that posts per group may post what it was given
+                self._record("let the worker have its answers (tier calls still owed)",
+                             ("settle", ()), [])
+            return
         expected = self._posted_expected
         hint_bound = min(self.wait_bound, HINT_BOUND)
         done = self.target.wait_posted(expected, hint_bound)
@@ -406,14 +411,11 @@ class Driver:
         watch = getattr(self.target, "post_watch", None)
         results = "1 result" if expected == 1 else f"{expected} results"
         if done is None or watch is None:
-            seen = "the oracle cannot see this class post; the next lookups re-ask"
+            seen = "no way to see it post (the lookups judge)"
         elif done:
-            seen = f"seen: {watch} ({results})"
+            seen = f"seen: {results}, {watch}"
         else:
-            seen = (
-                f"not seen within {hint_bound:.2f} s ({watch}, {results}); "
-                "the next lookups re-ask"
-            )
+            seen = f"not seen in {hint_bound:g} s (the lookups judge)"
         self._record(f"let the worker post -> {seen}", ("settle", ()), [])
 
     def await_verdict(self, key: bytes, request: str) -> None:
@@ -475,6 +477,7 @@ class Driver:
         """Call ``reask`` until it says the wait is over or ``wait_bound`` passed; then,
         unless a tier call the spec does not owe explains the wait (it is answered and
         judged), the post is ``Overdue``."""
+        self.tier.release()  # a wait: the worker gets its held answers
         deadline = time.monotonic() + self.wait_bound
         pause, longest = REASK_PAUSES
         reasks = 0

@@ -73,7 +73,7 @@ def shrink(error: ConformanceError, budget: float = 20.0) -> ConformanceError:
     """The shortest, simplest replay found within ``budget`` seconds breaking the same property.
 
     Threaded replays depend on the worker thread's timing, so there a candidate
-    gets up to three tries and is kept only if its recorded calls break the
+    gets up to two tries and is kept only if its recorded calls break the
     property once more; the run with a settle after every run of answers is
     tried first.  A
     candidate waits only ``QUICK_WAIT`` for a tier call or a post the spec owes
@@ -98,7 +98,7 @@ def _shrink(error: ConformanceError, budget: float, report: ShrinkReport) -> Con
         return error
     number = error.violation.number
     threaded = error.config.get("mode", "stepped") != "stepped"
-    tries = 3 if threaded else 1
+    tries = 2 if threaded else 1  # threaded: answers are held until a wait, so few differ
     wait = QUICK_WAIT if threaded else WAIT_BOUND
     deadline = time.monotonic() + budget
     best = error

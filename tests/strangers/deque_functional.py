@@ -273,11 +273,16 @@ class DequeEventManager:
 
 
 class AdmitsWhileRequestKnown(DequeEventManager):
-    """BUG (property 1): flush keeps an entry while its request is not cleaned up, so an
-    entry superseded by mark_present is still submitted."""
+    """BUG (property 1): flush also keeps an entry while its request is not cleaned up, so
+    an entry superseded by mark_present is still submitted.
+
+    (It keeps every live entry as well: a first version kept only entries whose request
+    was not cleaned up, and so also dropped a live entry whose probe another request had
+    joined, a second bug, property 6, that the oracle rightly found first on some seeds.)
+    """
 
     def _admit(self, entry: Ask) -> bool:
-        return request_still_known(self._probes, self._index, entry)
+        return super()._admit(entry) or request_still_known(self._probes, self._index, entry)
 
 
 class ShardedTierCalls(DequeEventManager):

@@ -78,8 +78,9 @@ class TierCall:
 
 
 class ScriptedTier:
-    """The manager's batch_lookup: each call waits for ``answer``; after ``auto``, calls
-    are answered at once (the plans given, then all False)."""
+    """The manager's batch_lookup: each call waits for ``answer`` and the ``release`` after
+    it (the test's next wait), as the oracle's tier did; after ``auto``, calls are
+    answered at once (the plans given, then all False)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -87,6 +88,8 @@ class ScriptedTier:
         self.auto_plans: list[Plan] | None = None
         self.auto_asked: list[tuple[str, tuple[bytes, ...]]] = []
         self.keys_answered = 0
+        self.answered: set[bytes] = set()  # every key of a call answered
+        self.held: list[TierCall] = []  # answered, not yet handed to the worker
 
     def batch_lookup(self, keys: Any, req_context: Any) -> Any:
         request = str(getattr(req_context, "req_id", req_context))
@@ -101,6 +104,7 @@ class ScriptedTier:
         return _deliver(memory_answer(call.plan, len(call.keys)))
 
     def next_call(self, timeout: float) -> TierCall | None:
+        self.release()
         try:
             return self.waiting.get(timeout=timeout)
         except queue.Empty:
@@ -108,21 +112,32 @@ class ScriptedTier:
 
     def answer(self, call: TierCall, plan: Plan) -> None:
         with self.lock:
-            self._give(call, plan)
+            self._give(call, plan, hold=True)
+
+    def release(self) -> None:
+        with self.lock:
+            held, self.held = self.held, []
+        for call in held:
+            call.answered.set()
 
     def auto(self, plans: list[Plan]) -> None:
+        self.release()
         with self.lock:
             self.auto_plans, self.auto_asked = list(plans), []
             while not self.waiting.empty():
                 self._give(self.waiting.get_nowait(), self.auto_plans.pop(0)
                            if self.auto_plans else Plan())
 
-    def _give(self, call: TierCall, plan: Plan) -> None:  # the lock is held
+    def _give(self, call: TierCall, plan: Plan, hold: bool = False) -> None:  # lock held
         if self.auto_plans is not None:
             self.auto_asked.append((call.request, call.keys))
         call.plan = plan
         self.keys_answered += len(call.keys)
-        call.answered.set()
+        self.answered.update(call.keys)
+        if hold:
+            self.held.append(call)
+        else:
+            call.answered.set()
 
 
 class ByPath(dict[tuple[object, ...], Any]):
@@ -226,6 +241,7 @@ class Run:
     def settle(self, *, wait: Any = False, empty: Any = False) -> None:
         """Give the worker time to post what it was answered (a wait, not a check)."""
         self._begin("let the worker post its results")
+        self.tier.release()
         posted = self.posted
         if self._pick(wait) and posted is not None:
             expected = self.tier.keys_answered
@@ -241,6 +257,7 @@ class Run:
         """Re-ask drain_results() and lookup(key, request) until a verdict shows (bounded);
         what shows must be one the protocol allows."""
         self._begin(f"re-ask drain_results() and lookup({key!r}, {request!r})")
+        self.tier.release()
         deadline, pause = time.monotonic() + WAIT, 0.0005
         while True:
             self.manager.drain_results()
@@ -259,6 +276,7 @@ class Run:
     def await_empty(self, *, empty: Any = False) -> None:
         """Re-ask drain_results() until the tables are empty (bounded); then check them."""
         self._begin("re-ask drain_results() until the tables are empty")
+        self.tier.release()
         deadline, pause = time.monotonic() + WAIT, 0.0005
         while TABLES and time.monotonic() < deadline:
             self.manager.drain_results()
@@ -315,6 +333,11 @@ class Run:
         if self._pick(empty) and TABLES:
             full = {t: _sized(_resolve(self.manager, t)) for t in TABLES}
             full = {t: table for t, table in full.items() if len(table)}
+            stuck = sorted(k for table in full.values() if isinstance(table, dict)
+                           for k in list(table) if k in self.tier.answered)
+            if full and stuck:  # a probe whose answer never landed: progress, not a leak
+                self._fail(f"nothing is live, yet the tables hold {full!r}: the tier answered "
+                           f"{stuck!r}, and the verdicts never landed", STUCK)
             if full:  # a request index left holding a request (property 4) names it first
                 broken = sorted({TABLES[t] for t in full})[0]
                 self._fail(f"nothing is live, yet the tables hold {full!r}", broken)

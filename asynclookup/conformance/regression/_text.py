@@ -21,6 +21,7 @@ from typing import Any
 from asynclookup.conformance.regression._harness import harness
 from asynclookup.conformance.regression._paths import ByPath, Explored, Step
 from asynclookup.conformance.targets.adapter import Plan
+from asynclookup.spec.properties import title_of
 
 WIDTH = 96  # the generated file's line length
 JUDGED = ("lookup", "await_verdict", "answer", "shutdown")  # the harness calls that take breaks=
@@ -170,7 +171,7 @@ def module_text(explored: Explored, *, cls: str, module: str, fields: dict[str, 
         about=textwrap.fill(about, 88),
         test_doc=textwrap.fill(test_doc, 88, subsequent_indent="    "),
         body="\n".join(f"{INDENT}{line}" if line else "" for line in body),
-        dead=explored.dead_worker, harness=harness(),
+        dead=explored.dead_worker, stuck=title_of(6), harness=harness(),
         **{k: v for k, v in fields.items() if k != "number"},
     )
 
@@ -222,6 +223,7 @@ UNOWED_WAIT = 0.5  # seconds to wait for a tier call the protocol does not owe
 RESULTS = {results!r}  # the worker's result queue, counted to wait for posts
 {tables}
 DEAD_WORKER = {dead!r}  # what a dead worker breaks
+STUCK = {stuck!r}  # a probe held, nothing live, its tier call answered
 
 
 def {test}() -> None:

@@ -155,7 +155,8 @@ class OracleTier:
     """A tier that records each call and answers it as the oracle's plan says.
 
     ``inner``: a real tier whose contents give the proper verdicts (None: the
-    plans' bits do).  ``threaded``: calls block until ``answer`` or ``auto``.
+    plans' bits do).  ``threaded``: calls block until ``answer`` (and the
+    ``release`` after it) or ``auto``.
     """
 
     def __init__(self, inner: Any = None, *, threaded: bool = False) -> None:
@@ -167,6 +168,7 @@ class OracleTier:
         self._auto = not threaded
         self._calls: queue.Queue[_Pending] = queue.Queue()
         self._log: list[TierCallSeen] = []
+        self._held: list[_Pending] = []  # answered, not yet handed to the worker
         self.results_given = 0  # keys of every answered call, for wait_idle
 
     # -- the Tier protocol -------------------------------------------------------
@@ -214,20 +216,34 @@ class OracleTier:
         return not self._calls.empty()
 
     def next_call(self, timeout: float) -> _Pending | None:
-        """Threaded: the oldest call waiting for an answer, or None after ``timeout``."""
+        """Threaded: the oldest call waiting for an answer, or None after ``timeout``.
+        Held answers are released first (the worker cannot call again while held)."""
+        self.release()
         try:
             return self._calls.get(timeout=timeout)
         except queue.Empty:
             return None
 
     def answer(self, pending: _Pending, plan: Plan) -> None:
-        """Threaded: answer a waiting call as ``plan`` says and let the worker go on."""
+        """Threaded: answer a waiting call as ``plan`` says.  The worker gets the answer
+        (and may post its results) only at the oracle's next wait (``release``): so
+        the scheduler calls made until then see the results not posted, whatever the
+        threads' timing, and a counterexample replays the same way."""
         with self._lock:
             pending.answer = self._answer_now(pending.keys, pending.context, plan)
-        pending.answered.set()
+            self._held.append(pending)
+
+    def release(self) -> int:
+        """Threaded: hand every held answer to the worker thread waiting for it; how many."""
+        with self._lock:
+            held, self._held = self._held, []
+        for pending in held:
+            pending.answered.set()
+        return len(held)
 
     def auto(self, plans: Sequence[Plan] = ()) -> None:
         """Threaded: from now on answer every call at once, waiting ones included."""
+        self.release()
         with self._lock:
             self._plans.extend(plans)
             self._auto = True
@@ -324,7 +340,7 @@ class Target(Protocol):
 
         A hint: it may shorten the oracle's wait for the worker, it never decides a
         verdict (what a lookup shows does).  A target may name what it watches in
-        a ``post_watch`` attribute (e.g. "results counted on `_results`"), which the
+        a ``post_watch`` attribute (e.g. "counted on `_results`"), which the
         report quotes when the hint fired.
         """
         ...
@@ -409,7 +425,7 @@ class ReferenceAdapter:
     def worker_alive(self) -> bool:
         return bool(self.manager.health().alive) or bool(self.manager.closed)
 
-    post_watch = "results the reference reported posted"
+    post_watch = "reported by the reference"
 
     def wait_posted(self, results: int, timeout: float) -> bool | None:
         with self._changed:

@@ -355,9 +355,9 @@ class VllmAdapter:
     def post_watch(self) -> str | None:
         """What ``wait_posted`` watches, for the report (None: nothing)."""
         if self._posted is not None and self.impl.tables.results is not None:
-            return f"results counted on `{self.impl.tables.results.path}`"
+            return f"counted on `{self.impl.tables.results.path}`"
         if self._idle is not None:
-            return "the tier-calling thread went idle after its answers"
+            return "its thread went idle"
         return None
 
     def wait_posted(self, results: int, timeout: float) -> bool | None:

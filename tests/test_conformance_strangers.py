@@ -1,0 +1,62 @@
+"""No false alarm on a correct class, one name for one bug: the oracle on tests/strangers.
+
+tests/strangers holds lookup managers written from docs/protocol.md by an outsider,
+before reading the oracle, in styles nothing else in tests/ uses (a result tuple
+per key on a SimpleQueue, an asyncio loop on a thread, futures, callbacks,
+pools, a dict under a Condition, ...).  Every correct class must pass every
+fault with strict efficiency; every one-bug copy must be named by its own
+property.  CI runs a small seed set; docs/benchmarks.md has the full table
+(``bench/outside.py --zoo strangers``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from asynclookup.conformance.replay import shrink
+from asynclookup.conformance.targets.adapter import FAULT_KINDS
+from asynclookup.conformance.targets.vllm import impl_spec
+from asynclookup.conformance.testcase import first_violation
+from tests.strangers import BUGGY, CORRECT
+
+EXAMPLES = 60  # per seed, on each correct class
+KILL_EXAMPLES = 300  # at most, per seed, on a one-bug copy
+SHRINK_BUDGET = 15.0
+
+
+@pytest.mark.parametrize("impl", CORRECT, ids=lambda p: p.rpartition(":")[2])
+def test_correct_class_passes_every_fault_strictly(impl: str) -> None:
+    """A correct class of any style passes every fault with strict efficiency."""
+    error = first_violation(impl, seed=1, examples=EXAMPLES, faults="all")
+    assert error is None, str(error)
+
+
+@pytest.mark.parametrize("kind", sorted(FAULT_KINDS))
+def test_the_per_key_and_asyncio_classes_pass_each_fault_kind_alone(kind: str) -> None:
+    """The two styles that made the oracle red pass each fault kind on its own."""
+    for impl in CORRECT[:2]:
+        error = first_violation(impl, seed=2, examples=EXAMPLES // 2, faults=kind)
+        assert error is None, str(error)
+
+
+@pytest.mark.parametrize(
+    ("impl", "results"),
+    [(CORRECT[0], "_outbox"), (CORRECT[1], "_results")],
+    ids=["per-key-simplequeue", "asyncio-list"],
+)
+def test_naming_the_results_table_changes_no_verdict(impl: str, results: str) -> None:
+    """With --tables results=ATTR (a queue it counts, or a list it cannot), still clean."""
+    named = impl_spec(impl, tables=f"results={results}")
+    error = first_violation(named, seed=3, examples=EXAMPLES, faults="all")
+    assert error is None, str(error)
+
+
+@pytest.mark.parametrize("impl", sorted(BUGGY), ids=lambda p: p.rpartition(":")[2])
+def test_one_bug_copy_is_named_by_its_own_property(impl: str) -> None:
+    """Each one-bug copy is killed, with exactly its property, shrunk to at most 8 calls."""
+    error = first_violation(impl, seed=1, examples=KILL_EXAMPLES, faults="all")
+    assert error is not None, f"{impl} survived {KILL_EXAMPLES} examples"
+    assert error.violation.number == BUGGY[impl], str(error)
+    shrunk = shrink(error, SHRINK_BUDGET)
+    assert shrunk.violation.number == BUGGY[impl], str(shrunk)
+    assert len(shrunk.calls) <= 8, f"{shrunk}\n{shrunk.shrink_report}"
