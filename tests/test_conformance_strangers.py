@@ -11,13 +11,15 @@ property.  CI runs a small seed set; docs/benchmarks.md has the full table
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from asynclookup.conformance.replay import shrink
 from asynclookup.conformance.targets.adapter import FAULT_KINDS
 from asynclookup.conformance.targets.vllm import impl_spec
 from asynclookup.conformance.testcase import first_violation
-from tests.strangers import BUGGY, CORRECT
+from tests.strangers import BUGGY, CORRECT, HANGS
 
 EXAMPLES = 60  # per seed, on each correct class
 KILL_EXAMPLES = 300  # at most, per seed, on a one-bug copy
@@ -60,3 +62,15 @@ def test_one_bug_copy_is_named_by_its_own_property(impl: str) -> None:
     shrunk = shrink(error, SHRINK_BUDGET)
     assert shrunk.violation.number == BUGGY[impl], str(shrunk)
     assert len(shrunk.calls) <= 8, f"{shrunk}\n{shrunk.shrink_report}"
+
+
+@pytest.mark.parametrize("impl", sorted(HANGS), ids=lambda p: p.rpartition(":")[2])
+def test_a_call_that_never_returns_is_reported_naming_it(impl: str) -> None:
+    """A class whose lookup, flush or shutdown never returns is a finding (property 6)
+    naming that call, reported within seconds, not a hung run."""
+    started = time.monotonic()
+    error = first_violation(impl, seed=1, examples=20, faults="all")
+    assert error is not None and error.violation.number == 6, str(error)
+    assert f"{HANGS[impl]}(" in error.violation.detail
+    assert "did not return within" in error.violation.detail
+    assert time.monotonic() - started < 60

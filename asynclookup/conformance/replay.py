@@ -32,7 +32,6 @@ from asynclookup.conformance.driver import (
 )
 from asynclookup.conformance.targets.adapter import Plan
 from asynclookup.conformance.targets.bounded import CALL_BOUND
-from asynclookup.observe.observations import Hung
 
 Step = tuple[str, tuple[Any, ...]]
 QUICK_WAIT = 0.5  # seconds a threaded shrink candidate waits for what the spec owes
@@ -53,11 +52,14 @@ def open_replay(
 def replay(
     config: dict[str, Any], steps: Sequence[Step], wait_bound: float = WAIT_BOUND
 ) -> ConformanceError | None:
-    """Run ``steps`` on a fresh target as ``config`` says; the error they cause, if any."""
+    """Run ``steps`` on a fresh target as ``config`` says; the error they cause, if any.
+    A shrink candidate's short ``wait_bound`` bounds its calls too (a call that does not
+    return costs a candidate that much; the kept one is confirmed at the full bounds)."""
     driver = open_replay(
         config.get("target", "reference"), mode=config.get("mode", "stepped"),
         tier=config.get("tier", "memory"),
         strict_efficiency=bool(config.get("strict_efficiency", False)), wait_bound=wait_bound,
+        call_bound=CALL_BOUND if wait_bound >= WAIT_BOUND else wait_bound,
     )
     try:
         for method, args in steps:
@@ -93,9 +95,6 @@ def shrink(error: ConformanceError, budget: float = 20.0) -> ConformanceError:
 
 
 def _shrink(error: ConformanceError, budget: float, report: ShrinkReport) -> ConformanceError:
-    if isinstance(error.violation.observation, Hung):
-        report.stopped = "a call that did not return is not shrunk (each try waits the bound)"
-        return error
     number = error.violation.number
     threaded = error.config.get("mode", "stepped") != "stepped"
     tries = 2 if threaded else 1  # threaded: answers are held until a wait, so few differ

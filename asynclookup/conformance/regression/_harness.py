@@ -194,7 +194,8 @@ class Run:
                branches: bool = False, unchecked: Any = (), breaks: str | None = None) -> None:
         """lookup(key, request); its verdict must be one the protocol allows."""
         self._begin(f"lookup({key!r}, {request!r})")
-        verdict = self.manager.lookup(key, Context(request))
+        verdict = self._bounded(lambda: self.manager.lookup(key, Context(request)),
+                                f"lookup({key!r}, {request!r})")
         allowed = self._pick(allowed)
         if not self.unchecked and not any(verdict is v for v in allowed):
             self._fail(f"returned {verdict!r}; the protocol allows {_either(allowed)} here",
@@ -309,7 +310,7 @@ class Run:
 
     def _scheduler(self, text: str, fn: Callable[[], object], empty: Any) -> None:
         self._begin(text)
-        fn()
+        self._bounded(fn, text)
         self._after(None, False, (), empty)
 
     def _pick(self, value: Any) -> Any:
@@ -337,7 +338,7 @@ class Run:
                            for k in list(table) if k in self.tier.answered)
             if full and stuck:  # a probe whose answer never landed: progress, not a leak
                 self._fail(f"nothing is live, yet the tables hold {full!r}: the tier answered "
-                           f"{stuck!r}, and the verdicts never landed", STUCK)
+                           f"{stuck!r}, and the verdicts never landed", PROGRESS)
             if full:  # a request index left holding a request (property 4) names it first
                 broken = sorted({TABLES[t] for t in full})[0]
                 self._fail(f"nothing is live, yet the tables hold {full!r}", broken)
@@ -349,12 +350,14 @@ class Run:
     def _crashed(self) -> str:
         return f" (it raised {self.crash})" if self.crash else ""
 
-    def _bounded(self, fn: Callable[[], object], text: str, fail: bool = True) -> None:
+    def _bounded(self, fn: Callable[[], Any], text: str, fail: bool = True) -> Any:
+        """fn() on a thread of its own, waited for at most 4 * WAIT seconds."""
         raised: list[BaseException] = []
+        value: list[Any] = []
 
         def call() -> None:
             try:
-                fn()
+                value.append(fn())
             except BaseException as exc:  # re-raised on the test's thread
                 raised.append(exc)
 
@@ -362,9 +365,10 @@ class Run:
         thread.start()
         thread.join(4 * WAIT)
         if thread.is_alive() and fail:
-            self._fail(f"{text} did not return within {4 * WAIT} s", None)
+            self._fail(f"{text} did not return within {4 * WAIT} s", PROGRESS)
         if raised and fail:
             raise raised[0]
+        return value[0] if value else None
 
     def _excepthook(self, args: threading.ExceptHookArgs) -> None:
         if args.thread in self.threads and args.exc_value is not None:

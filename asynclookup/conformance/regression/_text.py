@@ -171,7 +171,7 @@ def module_text(explored: Explored, *, cls: str, module: str, fields: dict[str, 
         about=textwrap.fill(about, 88),
         test_doc=textwrap.fill(test_doc, 88, subsequent_indent="    "),
         body="\n".join(f"{INDENT}{line}" if line else "" for line in body),
-        dead=explored.dead_worker, stuck=title_of(6), harness=harness(),
+        dead=explored.dead_worker, progress=title_of(6), harness=harness(),
         **{k: v for k, v in fields.items() if k != "number"},
     )
 
@@ -223,7 +223,7 @@ UNOWED_WAIT = 0.5  # seconds to wait for a tier call the protocol does not owe
 RESULTS = {results!r}  # the worker's result queue, counted to wait for posts
 {tables}
 DEAD_WORKER = {dead!r}  # what a dead worker breaks
-STUCK = {stuck!r}  # a probe held, nothing live, its tier call answered
+PROGRESS = {progress!r}  # a held answered probe; a call that does not return
 
 
 def {test}() -> None:
