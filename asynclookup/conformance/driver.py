@@ -20,6 +20,7 @@ users; it chooses nothing itself.
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import tempfile
@@ -77,6 +78,7 @@ REASK_PAUSES = (0.0005, 0.05)
 # posts within microseconds of its answer; one that does not is judged by the re-asks.
 HINT_BOUND = 0.05
 HUNG = "<did not return>"  # the error of a call that did not return within the bound
+ASKED_AGAIN = "asked-again"  # the request that asks again about a leftover's key
 
 
 @dataclass
@@ -220,6 +222,7 @@ class Driver:
         self._settled_at = 0
         self._answered_keys: set[bytes] = set()  # keys of every tier call answered
         self._requests: set[str] = set()  # every request id the run used
+        self._asking_again = False  # a leftover's key is being asked again
         self.owns_inner = False  # close() disposes of the real tier
         self.failed = False  # a ConformanceError was raised: nothing is checked after it
         self.on_error: Callable[[ConformanceError], None] | None = None  # told before raising
@@ -451,7 +454,7 @@ class Driver:
         and the tables are judged (property 4 or 5).  Recorded only when it re-asked."""
         if (
             self.failed or not self.leak_check or self.unsettled()
-            or not self.checker.empty_once_posted() or not self._leftovers()
+            or not self.checker.empty_once_posted() or self._leftovers() is None
         ):
             return
         record = Call("re-ask drain_results() until the tables are empty", "await_empty", ())
@@ -463,13 +466,47 @@ class Driver:
             left = self._leftovers()
             record.text = (
                 "re-ask drain_results() until the tables are empty -> "
-                + ("they are" if not left else "they are not")
+                + ("they are" if left is None else "they are not")
             )
-            return error is not None or not left or not self.checker.empty_once_posted()
+            return error is not None or left is None or not self.checker.empty_once_posted()
 
         self._reask(record, reask, None, None)
         if not self.failed and self.checker.expects_empty():
-            self._observe(record, self._leftovers())
+            self._judge_leftovers()
+
+    def _judge_leftovers(self) -> None:
+        """Feed the IUT's non-empty tables at a quiescent point (``Leftover``).
+
+        When they hold a probe of a key the tier answered, the class is asked once more
+        what it does with that key, as a new request would (``lookup``, ``flush``, the
+        worker's tier call), before the leftover is called a leak: a probe stuck in
+        flight never makes that tier call (property 6, progress, whether or not anyone
+        still waited for it), and an orphan kept with its verdict delivers that stale
+        verdict (property 2).  Only if neither shows is it a leak (4 or 5), judged on
+        the states of the quiescent point."""
+        left = self._leftovers()
+        if left is None:
+            return
+        stuck = left.stuck
+        if not stuck or self._asking_again:
+            self._feed([left])
+            return
+        quiescent = copy.deepcopy(self.checker, {id(self.checker.table): self.checker.table})
+        self._asking_again = True
+        try:
+            self.lookup(min(stuck), ASKED_AGAIN)
+            self.flush()
+            if self.mode == "threaded":
+                self.answer(PROPER)
+            else:
+                self.probe_group(PROPER, post=True)
+        finally:
+            self._asking_again = False
+        if self.failed:
+            return
+        violation = quiescent.observe(left)
+        if violation is not None:
+            self._fail(violation)
 
     def _reask(
         self, record: Call, reask: Callable[[], bool], key: bytes | None, request: str | None
@@ -627,7 +664,7 @@ class Driver:
             return
         self._feed(seen)
         if self.leak_check and not self.failed and self.checker.expects_empty():
-            self._feed(self._leftovers())
+            self._judge_leftovers()
 
     def _take_crash(self) -> str | None:
         """Where the IUT's worker died, once, if its adapter can tell (``take_crash``)."""
@@ -635,7 +672,7 @@ class Driver:
         crash: str | None = take() if take is not None else None
         return crash
 
-    def _leftovers(self) -> list[Observation]:
+    def _leftovers(self) -> Leftover | None:
         """A ``Leftover`` naming the IUT's non-empty tables and their roles, if any (the
         target's ``table_roles`` maps a table's name to its role; else the name is)."""
         tables = snapshot_of(self.target) or {}
@@ -643,17 +680,17 @@ class Driver:
         full = [name for name, table in tables.items() if len(table)]
         left = [f"{name}={_listed(tables[name])}" for name in full]
         if not left:
-            return []
+            return None
         probes = [tables[name] for name in full if roles.get(name, name) == "probes"]
         held = {
             key for table in probes if isinstance(table, Mapping)
             for key in list(table) if isinstance(key, bytes)
         }
-        return [Leftover(
+        return Leftover(
             "; ".join(left), frozenset(roles.get(name, name) for name in full),
             frozenset(held & self._answered_keys),
             frozenset().union(*(requests_named(t, self._requests) for t in probes)),
-        )]
+        )
 
     def _feed(self, seen: Sequence[Observation]) -> None:
         for obs in seen:
@@ -669,10 +706,15 @@ class Driver:
                 if violation not in self.checker.warnings:
                     self.checker.warnings.append(violation)
                 return
-            error = ConformanceError(violation, self.calls, self.config)
-            if self.on_error is not None:
-                self.on_error(error)
-            raise error
+            self._fail(violation)
+
+    def _fail(self, violation: Violation) -> None:
+        """Raise the ConformanceError of ``violation`` (telling ``on_error`` first)."""
+        self.failed = True
+        error = ConformanceError(violation, self.calls, self.config)
+        if self.on_error is not None:
+            self.on_error(error)
+        raise error
 
 
 def _listed(table: object) -> str:

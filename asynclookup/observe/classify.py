@@ -145,13 +145,6 @@ def classify(
                 "with every request cleaned up and every result drained, the request index "
                 f"still holds {obs.tables}: after cleanup(r), nothing may refer to r"
             )
-        if obs.stuck:
-            keys = ", ".join(repr(k) for k in sorted(obs.stuck))
-            return 6, (
-                "with every request cleaned up and every post due, the IUT still holds "
-                f"the probe of {keys}, which the tier answered: its result never landed "
-                f"({obs.tables})"
-            )
         if obs.requests:
             named = ", ".join(repr(r) for r in sorted(obs.requests))
             return 4, (

@@ -88,7 +88,6 @@ class ScriptedTier:
         self.auto_plans: list[Plan] | None = None
         self.auto_asked: list[tuple[str, tuple[bytes, ...]]] = []
         self.keys_answered = 0
-        self.answered: set[bytes] = set()  # every key of a call answered
         self.held: list[TierCall] = []  # answered, not yet handed to the worker
 
     def batch_lookup(self, keys: Any, req_context: Any) -> Any:
@@ -133,7 +132,6 @@ class ScriptedTier:
             self.auto_asked.append((call.request, call.keys))
         call.plan = plan
         self.keys_answered += len(call.keys)
-        self.answered.update(call.keys)
         if hold:
             self.held.append(call)
         else:
@@ -334,11 +332,6 @@ class Run:
         if self._pick(empty) and TABLES:
             full = {t: _sized(_resolve(self.manager, t)) for t in TABLES}
             full = {t: table for t, table in full.items() if len(table)}
-            stuck = sorted(k for table in full.values() if isinstance(table, dict)
-                           for k in list(table) if k in self.tier.answered)
-            if full and stuck:  # a probe whose answer never landed: progress, not a leak
-                self._fail(f"nothing is live, yet the tables hold {full!r}: the tier answered "
-                           f"{stuck!r}, and the verdicts never landed", PROGRESS)
             if full:  # a request index left holding a request (property 4) names it first
                 broken = sorted({TABLES[t] for t in full})[0]
                 self._fail(f"nothing is live, yet the tables hold {full!r}", broken)

@@ -223,7 +223,7 @@ UNOWED_WAIT = 0.5  # seconds to wait for a tier call the protocol does not owe
 RESULTS = {results!r}  # the worker's result queue, counted to wait for posts
 {tables}
 DEAD_WORKER = {dead!r}  # what a dead worker breaks
-PROGRESS = {progress!r}  # a held answered probe; a call that does not return
+PROGRESS = {progress!r}  # what a call that does not return breaks
 
 
 def {test}() -> None:
