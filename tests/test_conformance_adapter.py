@@ -77,8 +77,9 @@ def test_a_real_inner_tier_gives_the_proper_verdicts() -> None:
     assert consume(tier.batch_lookup(KEYS, CONTEXT)) == [False, True, False]
 
 
-def test_a_threaded_call_waits_for_the_oracles_answer() -> None:
-    """In threaded mode a call blocks until the oracle answers it, with its plan."""
+def test_a_threaded_call_waits_for_the_oracles_answer_and_its_release() -> None:
+    """In threaded mode a call blocks until the oracle answers it, with its plan, and
+    returns only once the oracle releases it (its next wait)."""
     tier = OracleTier(threaded=True)
     got: list[list[Any]] = []
     worker = threading.Thread(target=lambda: got.append(consume(tier.batch_lookup(KEYS, CONTEXT))))
@@ -86,6 +87,9 @@ def test_a_threaded_call_waits_for_the_oracles_answer() -> None:
     pending = tier.next_call(timeout=5.0)
     assert pending is not None and not got
     tier.answer(pending, Plan("proper", (False, True, False)))
+    worker.join(0.2)
+    assert worker.is_alive() and not got  # held until the oracle's next wait
+    assert tier.release() == 1
     worker.join(5.0)
     assert got == [[False, True, False]]
 

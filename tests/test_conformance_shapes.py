@@ -129,6 +129,7 @@ def test_pool_that_takes_batches_concurrently_is_killed() -> None:
         driver.lookup(b"k1", "B")
         driver.flush()  # the bug: the dispatcher takes this batch at once
         driver.answer(Plan(bits=(True,)))  # B's group, probed while A's is unposted
+        driver.tier.release()  # hand B's answer over (the oracle's next wait would)
         assert manager.posted_b.wait(5)
         driver.lookup(b"k1", "B")  # drains B's result: True
         with pytest.raises(ConformanceError) as caught:

@@ -564,8 +564,13 @@ class Driver:
     def close(self) -> None:
         """Shut the IUT down if the run did not (checked unless a violation was found)."""
         try:
-            if self.checker.stopped or self._scheduler.hung is not None:
-                return  # shut down already, or stuck in a call that never returned
+            if self._scheduler.hung is not None:
+                abandon = getattr(getattr(self, "target", None), "abandon", None)
+                if abandon is not None:
+                    abandon()  # stuck in a call that never returned: call nothing more
+                return
+            if self.checker.stopped:
+                return
             if self.failed:
                 if self.mode == "threaded":
                     self.tier.auto()
@@ -590,6 +595,9 @@ class Driver:
         except CallHung as hung:
             self.calls.append(Call(f"construct the class -> {_shown(None, HUNG)}", "construct", ()))
             self._hung = hung
+            abandon = getattr(factory, "abandon", None)
+            if abandon is not None:
+                abandon()  # let go of what the target's adapter holds (an excepthook)
             self.calls[-1].notes.extend(_stack_notes(hung))
             self._feed([Hung(hung.call, hung.seconds)])
             raise AssertionError("unreachable: a hung constructor is a violation") from None

@@ -174,9 +174,17 @@ def impl_factory(spec: str) -> TargetFactory:
         if klass.__module__ not in ("builtins", "abc"):
             logging.getLogger(klass.__module__).setLevel(logging.ERROR)
 
-    def factory(tier: OracleTier, mode: str) -> Target:
-        return VllmAdapter(impl, tier, mode)
+    building: list[Callable[[], object]] = []  # the hook release of an adapter being built
 
+    def factory(tier: OracleTier, mode: str) -> Target:
+        return VllmAdapter(impl, tier, mode, building)
+
+    def abandon() -> None:
+        """The class's constructor never returned: release what its adapter holds."""
+        while building:
+            building.pop()()
+
+    setattr(factory, "abandon", abandon)  # noqa: B010 (read with getattr by the driver)
     return factory
 
 
@@ -242,7 +250,10 @@ def _check_answers(
 class VllmAdapter:
     """A vLLM-shaped class as an oracle ``Target`` (threaded mode)."""
 
-    def __init__(self, impl: Impl, tier: OracleTier, mode: str) -> None:
+    def __init__(
+        self, impl: Impl, tier: OracleTier, mode: str,
+        building: list[Callable[[], object]] | None = None,
+    ) -> None:
         if mode != "threaded":
             raise ValueError("a vLLM-shaped class runs its own worker: use threaded mode")
         self.mode = mode
@@ -262,11 +273,16 @@ class VllmAdapter:
         acquire_hook()
         self._release = weakref.finalize(self, release_hook)
         before = set(threading.enumerate())
+        if building is not None:
+            building.append(self._release)
         try:
             self.manager = routed("oracle")
         except BaseException:
             self._release()
             raise
+        finally:
+            if building is not None and self._release in building:
+                building.remove(self._release)
         self.threads: list[threading.Thread] = []  # started by the constructor: the worker(s)
         self._later: list[threading.Thread] = []  # started during a call (a pool growing)
         self._seen = before
@@ -330,6 +346,12 @@ class VllmAdapter:
             for thread in (*self.threads, *self._later):
                 thread.join(timeout=5.0)
             self._release()
+
+    def abandon(self) -> None:
+        """Give up on the class (a call into it never returned): release the oracle's
+        excepthook now, as shutdown would, and call nothing more."""
+        self._closed = True
+        self._release()
 
     # -- stepped mode: not available ---------------------------------------------------
 
