@@ -20,7 +20,7 @@ import pytest
 
 from asynclookup.cli import main
 from asynclookup.conformance.driver import ConformanceError, Driver
-from asynclookup.conformance.replay import shrink
+from asynclookup.conformance.replay import open_replay, shrink
 from asynclookup.conformance.targets.vllm import impl_factory
 from asynclookup.conformance.testcase import conformance_test_case, first_violation
 from tests.conftest import write_module
@@ -142,7 +142,17 @@ def _kill(impl: str) -> ConformanceError | None:
     return None
 
 
-@pytest.mark.parametrize("name", [_mark(name) for name in sorted(MUTANTS)])
+# A drain that applies one posted batch per call looks, from outside, like a worker
+# that posts late: each re-ask drains one more batch and the verdict shows within the
+# bound.  The oracle names it only where later tier calls prove the posts happened
+# (docs/oracle.md, "How it judges"); random runs rarely build that, so it is pinned by
+# test_drain_that_stops_at_the_first_batch_is_seen_when_posts_are_proven instead.
+UNSEEN_BY_FUZZING = {"DrainStopsAtFirstBatch"}
+
+
+@pytest.mark.parametrize(
+    "name", [_mark(name) for name in sorted(MUTANTS) if name not in UNSEEN_BY_FUZZING]
+)
 def test_mutant_is_killed_with_its_property(name: str) -> None:
     """Each mutant is killed within its bounded run, every kill names an expected
     property, and a kill shrinks to a counterexample of at most 8 calls.
@@ -328,3 +338,22 @@ class _Null:
 
     def flush(self) -> None:
         pass
+
+
+def test_drain_that_stops_at_the_first_batch_is_seen_when_posts_are_proven() -> None:
+    """Three batches answered in turn prove the first two were posted (a worker takes a
+    batch only after posting the last): a drain that applies only the first is then
+    property 6 at once, with no re-ask needed."""
+    driver = open_replay("impl:tests.zoo.mutants:DrainStopsAtFirstBatch", mode="threaded")
+    try:
+        with pytest.raises(ConformanceError) as caught:
+            for key in (b"k0", b"k1", b"k2"):
+                driver.lookup(key, "A")
+                driver.flush()
+            driver.catch_up()
+            driver.drain_results()
+            driver.lookup(b"k1", "A")
+    finally:
+        driver.close()
+    assert caught.value.violation.number == 6, str(caught.value)
+    assert "lookup(b'k1', 'A') returned None" in caught.value.violation.detail
