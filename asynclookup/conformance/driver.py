@@ -589,9 +589,17 @@ class Driver:
         """The target, built on the scheduler thread; a constructor that does not return
         is a finding like any other call that does not."""
         try:
-            target: Target = self._scheduler.call(
-                lambda: factory(self.tier, self.mode), "the constructor", self._iut_threads
+            # the constructor always gets the full bound (threads start, a first GC runs):
+            # a shrink candidate's short bound applies to the calls after it
+            bound, self._scheduler.bound = self._scheduler.bound, max(
+                self._scheduler.bound, CALL_BOUND
             )
+            try:
+                target: Target = self._scheduler.call(
+                    lambda: factory(self.tier, self.mode), "the constructor", self._iut_threads
+                )
+            finally:
+                self._scheduler.bound = bound
         except CallHung as hung:
             self.calls.append(Call(f"construct the class -> {_shown(None, HUNG)}", "construct", ()))
             self._hung = hung

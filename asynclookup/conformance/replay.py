@@ -55,12 +55,16 @@ def replay(
     """Run ``steps`` on a fresh target as ``config`` says; the error they cause, if any.
     A shrink candidate's short ``wait_bound`` bounds its calls too (a call that does not
     return costs a candidate that much; the kept one is confirmed at the full bounds)."""
-    driver = open_replay(
-        config.get("target", "reference"), mode=config.get("mode", "stepped"),
-        tier=config.get("tier", "memory"),
-        strict_efficiency=bool(config.get("strict_efficiency", False)), wait_bound=wait_bound,
-        call_bound=CALL_BOUND if wait_bound >= WAIT_BOUND else wait_bound,
-    )
+    try:
+        driver = open_replay(
+            config.get("target", "reference"), mode=config.get("mode", "stepped"),
+            tier=config.get("tier", "memory"),
+            strict_efficiency=bool(config.get("strict_efficiency", False)),
+            wait_bound=wait_bound,
+            call_bound=CALL_BOUND if wait_bound >= WAIT_BOUND else max(wait_bound, 1.0),
+        )
+    except ConformanceError as error:  # the constructor did not return
+        return error
     try:
         for method, args in steps:
             getattr(driver, method)(*args)

@@ -6,8 +6,8 @@ scheduler calls, the three worker steps in stepped mode, and two questions
 which calls it lacks and a snapshot of its tables for the leak check.  The oracle
 supplies the tier: ``OracleTier`` records every ``batch_lookup`` (keys,
 request context) and answers it as a ``Plan`` says: a proper answer or one of
-the faults of PROTOCOL.md (an exception, too few or too many results, a
-non-bool, a lazy iterable that raises part-way, a slow call).  The proper
+the faults of property 7 (docs/properties.md: an exception, too few or too many
+results, a non-bool, a lazy iterable that raises part-way, a slow call).  The proper
 verdicts come from the plan's bits, or from a real tier (filesystem, Redis)
 that the oracle fills itself.
 
@@ -43,8 +43,8 @@ SLOW_SECONDS = 0.002  # how long a "slow" answer keeps the worker waiting
 ANSWER_BOUND = 60.0  # a threaded tier call waits at most this long for the oracle
 JUNK: tuple[object, ...] = (1, 0, None, "yes", 1.0)  # non-bool values a tier may give
 PLAN_KINDS = ("proper", "raise", "short", "long", "junk", "lazy", "lazy_raise", "slow")
-# The tier misbehaviours of PROTOCOL.md, each a fault kind a user can name in
-# ``--faults``: user's name -> the plan kind that produces it.
+# The tier misbehaviours of property 7 (docs/properties.md), each a fault kind a
+# user can name in ``--faults``: user's name -> the plan kind that produces it.
 FAULT_KINDS: dict[str, str] = {
     "raise": "raise",  # batch_lookup raises
     "lazy-raise": "lazy_raise",  # a lazy iterable that raises part-way
