@@ -13,7 +13,7 @@ The name after ``BEGIN GENERATED:`` says what the block holds:
   broken variant of the spec (``asynclookup.spec.variants``), with the command that
   reproduces it;
 - ``predicates N``: the predicates of ``asynclookup.spec.properties`` that state
-  PROTOCOL.md property N, with their docstrings;
+  property N of docs/properties.md, with their docstrings;
 - ``variants``: the table of every broken variant and what the checker finds;
 - ``sequence SCENARIO`` and ``probe-states``: Mermaid diagrams drawn from runs
   of the spec (``docgen.diagrams``);
@@ -139,7 +139,7 @@ def _predicates_block(number: int) -> str:
 
 def _variants_block() -> str:
     lines = [
-        "| variant | the bug | PROTOCOL.md says it breaks | the checker reports first "
+        "| variant | the bug | the properties it breaks | the checker reports first "
         "| steps |",
         "|---|---|---|---|---|",
     ]

@@ -16,7 +16,8 @@ fault kind plus a latency:
 
 Each call leaves a ``CallRecord``: the keys, the plan, the inner answer and when
 the inner tier was asked (``time.monotonic_ns``).  ``CallRecord.expected()`` is
-the verdict list that PROTOCOL.md's worker policy must derive from that call, so
+the verdict list that the worker policy (docs/protocol.md, "A tier that raises or
+answers short") must derive from that call, so
 a checker can compare it with what the manager delivered.
 
 Latency and hangs wait on an ``Event`` rather than sleeping, so ``release()``
@@ -113,7 +114,7 @@ class CallRecord:
     bad_positions: tuple[int, ...] = field(default=())  # non_bool: the replaced items
 
     def expected(self) -> tuple[bool, ...]:
-        """The verdicts PROTOCOL.md's worker policy derives from this call's answer."""
+        """The verdicts the protocol's worker policy derives from this call's answer."""
         n = len(self.keys)
         kind = self.plan.kind
         if self.inner is None or kind in ("raise", "short", "long", "lazy_raise"):

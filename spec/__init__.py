@@ -1,7 +1,8 @@
 """asynclookup.spec: the async lookup protocol as a pure state machine.
 
 Public names are re-exported here; the implementation lives in ``asynclookup.spec.core``
-(the state machine) and ``asynclookup.spec.properties`` (the properties of PROTOCOL.md).
+(the state machine) and ``asynclookup.spec.properties`` (the nine properties of
+docs/properties.md).
 """
 
 from asynclookup.spec.core import (

@@ -8,8 +8,8 @@ needs and keeps.  The rest read a probe's fields, or compare the state before
 an action with the state after it.
 
 Each is pure: it reads States and returns a value.  What it does not do:
-define the protocol (``asynclookup.spec.core``) or name the properties of PROTOCOL.md
-(``asynclookup.spec.properties``).  Nothing but the contracts and the tests should need
+define the protocol (``asynclookup.spec.core``) or name the properties of
+docs/properties.md (``asynclookup.spec.properties``).  Nothing but the contracts and the tests should need
 these.
 """
 

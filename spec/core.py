@@ -26,7 +26,7 @@ A disabled action raises ``ProtocolError``; nothing is silently ignored.
 
 Contracts (PEP 316, checked by CrossHair) say what each action guarantees; the
 predicates they read live in ``asynclookup.spec._contracts``, and the named properties of
-PROTOCOL.md in ``asynclookup.spec.properties``.
+docs/properties.md in ``asynclookup.spec.properties``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""The properties of PROTOCOL.md: the one registry, and their named predicates.
+"""The nine properties of docs/properties.md: the one registry, and their named predicates.
 
-``PROPERTIES`` is the registry every checker prints from: each PROTOCOL.md
-property by number, with its title, what an implementation that breaks it did
-wrong, the shipped bug it exists because of, and the predicates that state it.
+``PROPERTIES`` is the registry every checker prints from: each property of
+docs/properties.md by number, with its title, what an implementation that breaks
+it did wrong, the shipped bug it exists because of, and the predicates that state
+it.
 ``title_of`` and ``kind_of`` also name the two findings that are not a
 numbered property: an action of the spec that raised (number 0, the model
 checker's) and a usage error (None: a call after shutdown that did not fail).
@@ -53,10 +54,10 @@ StepPredicate: TypeAlias = Callable[[State, Action, State, Output], bool]
 
 @dataclass(frozen=True)
 class Predicate:
-    """A named predicate, the PROTOCOL.md property it states, and its kind."""
+    """A named predicate, the property of docs/properties.md it states, and its kind."""
 
     name: str
-    number: int  # the property's number in PROTOCOL.md
+    number: int  # the property's number in docs/properties.md
     state: StatePredicate | None = None
     step: StepPredicate | None = None
     efficiency: bool = False  # property 8: reported apart from safety
@@ -281,10 +282,10 @@ ALWAYS: tuple[Predicate, ...] = (
 
 @dataclass(frozen=True)
 class Property:
-    """One property of PROTOCOL.md: number, title, what breaking it means, its bug."""
+    """One property of docs/properties.md: number, title, what breaking it means, its bug."""
 
     number: int
-    title: str  # PROTOCOL.md's name for it, e.g. "no cleaned-up entry is submitted"
+    title: str  # its name in docs/properties.md, e.g. "no cleaned-up entry is submitted"
     explanation: str  # what an implementation that breaks it did wrong, in plain words
     bug: str  # the shipped bug it exists because of
 
@@ -407,7 +408,7 @@ def explanation_of(number: int | None) -> str:
 class Finding:
     """A broken property as every checker reports it, and writes it in ``--json``.
 
-    ``number``: the PROTOCOL.md property (None: a usage error; ``CRASH``: an
+    ``number``: the property of docs/properties.md (None: a usage error; ``CRASH``: an
     action of the spec raised).  ``detail``: the checker's one-line diagnosis.
     Each checker extends it with its own evidence: the model checker's trace
     and predicate, the oracle's observation and states, the trace checker's event.

@@ -9,8 +9,8 @@ entry of the table: it is built into every action that applies results
 the broken way first and then running the spec's own action, which then finds
 nothing left to apply.
 
-The shipped bugs break properties 1, 2, 3, 6, 7 and 8.  PROTOCOL.md names no
-shipped bug that breaks only property 4, 5 or 9, so three plausible mistakes of
+The shipped bugs break properties 1, 2, 3, 6, 7 and 8.  No known shipped bug
+breaks only property 4, 5 or 9, so three plausible mistakes of
 our own (``shipped=False``) cover them, and docs/properties.md shows a
 counterexample for every property.
 
@@ -64,7 +64,7 @@ class Variant:
 
     name: str
     bug: str
-    breaks: tuple[int, ...]  # PROTOCOL.md property numbers
+    breaks: tuple[int, ...]  # property numbers of docs/properties.md
     table: Mapping[type, Transition]
     shipped: bool = True  # False: a plausible mistake of ours, for a property no bug breaks
 

@@ -21,14 +21,14 @@ scheduler action the replay computes, from the spec state, the results the
 action must apply, and compares the result events with them in order.
 
 Three ways in: ``replay_events`` gives every complaint (each names the
-PROTOCOL.md property it breaks); ``check_events`` gives the first only, since
+property of docs/properties.md it breaks); ``check_events`` gives the first only, since
 the states diverge after it; a ``TraceCheck`` fed as a run goes
 (``catch_up``) lets a stepped test compare the whole state after every step,
 with ``as_spec_state`` laying a reference snapshot out as a spec State.
 
 ``check_tier_answers`` joins the worker's ``tier_call_finished`` events with a
 ``FaultyTier``'s call records: the verdicts the worker derived must be what
-PROTOCOL.md's policy demands for the fault injected, and (given a ``History``
+the protocol's policy demands for the fault injected, and (given a ``History``
 of the stores and deletes made meanwhile) each answer of the real tier must be
 the key's state at some instant of the call.  Together with the replay this
 says: every delivered verdict is the tier's answer at some instant while its
@@ -177,7 +177,7 @@ DRAIN_POINTS = ("flush", "drain", "shutdown")
 class TraceCheck:
     """The spec state of a trace, advanced one event at a time; every complaint kept.
 
-    Each complaint names the event and the PROTOCOL.md property it breaks
+    Each complaint names the event and the property of docs/properties.md it breaks
     (``property N :``); a malformed trace (an unknown event, a lookup that does
     not nest) names none.  After a complaint the replay goes on from the spec's
     own state, so later complaints may be consequences of the first.
@@ -331,7 +331,7 @@ class TraceCheck:
 
 
 def replay_events(events: Sequence[Event], every_state: bool = True) -> list[str]:
-    """Every way ``events`` departs from the spec or breaks a PROTOCOL.md property."""
+    """Every way ``events`` departs from the spec or breaks a property."""
     check = TraceCheck(every_state)
     check.catch_up(events)
     return check.finish()

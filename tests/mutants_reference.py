@@ -1,9 +1,9 @@
-"""Broken variants of the reference: each breaks one rule of PROTOCOL.md.
+"""Broken variants of the reference: each breaks one rule of docs/protocol.md.
 
 Each class is ``reference.AsyncLookupManager`` with one method overridden (or
 its worker replaced by one with one method overridden), written the way a real
 implementation got it wrong.  ``VARIANTS`` maps each class name to the
-PROTOCOL.md property the oracle must name when it kills it.  The oracle loads
+property of docs/properties.md the oracle must name when it kills it.  The oracle loads
 them by path, e.g. ``--target tests.mutants_reference:FlushWithoutRevalidation``,
 so replay files can import them too.
 

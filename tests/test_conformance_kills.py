@@ -1,6 +1,6 @@
 """Proof of power: the oracle kills each broken variant of the reference.
 
-Each variant in ``tests.mutants_reference`` breaks one rule of PROTOCOL.md.
+Each variant in ``tests.mutants_reference`` breaks one rule of docs/protocol.md.
 The fuzzer (stepped, in-memory tier, every fault, a fixed seed) must find it,
 name the property the variant breaks, and shrink the counterexample to at most
 eight numbered calls.  Property 8 is an efficiency property, so its variant is
@@ -40,7 +40,7 @@ def kill(variant: str) -> ConformanceError:
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_each_variant_is_killed_with_its_property(variant: str) -> None:
-    """The fuzzer kills the variant and names the PROTOCOL.md property it breaks."""
+    """The fuzzer kills the variant and names the property it breaks."""
     error = kill(variant)
     assert error.violation.number == VARIANTS[variant], str(error)
 

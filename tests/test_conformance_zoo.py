@@ -41,7 +41,7 @@ SLOW = {
 MORE_SEEDS: dict[str, tuple[int, ...]] = {"ResultsAppliedByKey": tuple(range(16))}
 
 # Mutants whose first visible symptom is another property's than MUTANTS names, or
-# whose bug PROTOCOL.md lists under two properties: the oracle may name either.
+# whose bug docs/properties.md lists under two properties: the oracle may name either.
 # (MUTANTS stays as it is: tests/test_trace_zoo.py pins it too.)
 ALSO_NAMED: dict[str, set[int]] = {
     # no new generation, so the superseded batch entry passes the flush: submitted (1);
@@ -53,9 +53,9 @@ ALSO_NAMED: dict[str, set[int]] = {
     # property 4 is not observable from outside; the leak check sees the index left
     # behind once every request is cleaned up (5)
     "CleanupKeepsIndex": {5},
-    # PROTOCOL.md: "results applied by key only" breaks properties 2 and 3
+    # docs/properties.md: "results applied by key only" breaks properties 2 and 3
     "ResultsAppliedByKey": {3},
-    # PROTOCOL.md: the dying worker breaks 7 and 6; a dead worker is seen either as
+    # docs/properties.md: the dying worker breaks 7 and 6; a dead worker is seen either as
     # its uncaught exception (7) or as a tier call that never comes (6), by timing
     "LazyIterableKillsWorker": {6},
     # the resurrected orphan is seen either by the leak check (5) or, from outside,

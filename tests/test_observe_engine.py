@@ -2,7 +2,7 @@
 
 Each test feeds a few observations, as an implementation under test would
 produce them, and pins whether the checker accepts them and, when it does not,
-which PROTOCOL.md property it names.  Every rejection here is a planted bug.
+which property of docs/properties.md it names.  Every rejection here is a planted bug.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Each race of PROTOCOL.md as a scenario, driven step by step.
+"""Each race of docs/protocol.md as a scenario, driven step by step.
 
 The test thread plays the scheduler and, through ``manager.worker``, the
 worker, so each scenario pins one interleaving.  Every scenario names the bug a

@@ -4,7 +4,7 @@ Stepped: random interleavings of every scheduler and worker action, the whole
 state compared with the spec's after every step.  Threaded: thousands of steps
 of random requests against a slow, flaky tier on a real worker thread; the
 recorded trace is replayed through the spec (tests/event_checks.py)
-and every PROTOCOL.md property checked; nothing may leak, and the worker must
+and every property of docs/properties.md checked; nothing may leak, and the worker must
 live until shutdown and be gone after it.
 """
 

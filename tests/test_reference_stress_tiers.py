@@ -6,7 +6,7 @@ manager's worker probes a real tier (filesystem or Redis) through a
 ``FaultyTier`` (0-1 ms latency, short hangs, exceptions, wrong lengths,
 non-bools, lazy iterables that raise); a mutator thread stores and deletes the
 same keys meanwhile.  Keys and requests come from small pools (request ids are
-reused after cleanup) so that the races PROTOCOL.md is about actually happen.
+reused after cleanup) so that the races of docs/protocol.md actually happen.
 
 Afterwards, from the observation events (``tests/event_checks.py``): the trace
 replays through the spec with every property holding; every verdict the worker

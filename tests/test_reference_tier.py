@@ -1,6 +1,6 @@
 """The tier boundary: every tier misbehaviour becomes misses and one warning.
 
-PROTOCOL.md property 7 (survival): an exception, a wrong length, a non-bool, a
+Property 7 of docs/properties.md (survival): an exception, a wrong length, a non-bool, a
 lazy iterable that raises part-way, never stop the worker.  The shipped bugs
 were a lazy iterable consumed outside the try (the worker died) and zip()
 silently truncating a short answer (probes stranded IN_FLIGHT).

@@ -3,7 +3,7 @@
 Scenarios run in stepped mode on the reference and on three managers with a
 planted bug (the seed bug, results applied by key, mark_miss forcing a
 verdict); the checker must accept the reference's traces and report each bug
-by the PROTOCOL.md property it breaks.  Two forged traces (a duplicated post,
+by the property of docs/properties.md it breaks.  Two forged traces (a duplicated post,
 a tier call for a key never submitted) and a bug that only the state shows
 complete the planted bugs.
 

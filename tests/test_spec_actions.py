@@ -4,7 +4,7 @@ After h11's state tests: every test builds its state by running spec actions
 from ``INITIAL`` through ``step``, then compares the *whole* resulting State
 (and the action's output) with one written out in full, so that a change to
 any field shows.  A disabled action must raise ``ProtocolError`` and leave the
-state as it was.  The decisions docs/spec.md takes where PROTOCOL.md is silent
+state as it was.  The decisions docs/spec.md takes where the protocol leaves room
 are pinned here too (each test names its letter).
 """
 

@@ -16,7 +16,7 @@ from asynclookup.trace.format import Header, TraceEvent, read_trace
 TRACES = Path(__file__).parent / "traces"
 HEADER = {"format": "asynclookup-trace", "version": 1, "recorder": "t", "worker_steps": False}
 
-# hand-written trace of each bug PROTOCOL.md says shipped -> the property it breaks
+# hand-written trace of each bug docs/properties.md says shipped -> the property it breaks
 SHIPPED: dict[str, int] = {
     "seed_flush_without_revalidation.jsonl": 1,
     "results_applied_by_key.jsonl": 2,
@@ -61,7 +61,7 @@ def report(path: Path, **kwargs: object) -> tuple[int, dict[str, object]]:
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_hand_written_shipped_bug_is_rejected_with_its_property(name: str) -> None:
-    """Each shipped bug of PROTOCOL.md, written as a trace, exits 1 naming its property."""
+    """Each shipped bug of docs/properties.md, written as a trace, exits 1 naming its property."""
     code, rep = report(TRACES / name)
     assert code == 1
     violation = rep["violation"]

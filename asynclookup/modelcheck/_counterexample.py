@@ -52,7 +52,7 @@ class TraceStep(NamedTuple):
 class Violation(Finding):
     """A broken property and the shortest trace from INITIAL that breaks it.
 
-    ``number``: the PROTOCOL.md property, 0 for an action that raised;
+    ``number``: the property of docs/properties.md, 0 for an action that raised;
     ``detail``: the broken predicate's docstring (for a crash, the exception).
     """
 

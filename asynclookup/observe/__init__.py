@@ -2,7 +2,7 @@
 
 - ``observations``: what a checker sees of an implementation, as data;
 - ``engine``: the set of spec states consistent with every observation so far;
-- ``classify``: the PROTOCOL.md property an unexplained observation breaks;
+- ``classify``: the property (docs/properties.md) an unexplained observation breaks;
 - ``fast``: the same set of states stored per key, for long traces.
 
 It imports the standard library and ``asynclookup.spec`` only: it drives

@@ -1,4 +1,4 @@
-"""Name the PROTOCOL.md property that excludes an observation.
+"""Name the property (docs/properties.md) that excludes an observation.
 
 When ``asynclookup.observe.engine.Checker`` finds that no possible spec state explains an
 observation, ``classify`` looks at the states that were possible just before
@@ -49,9 +49,9 @@ from asynclookup.spec.core import Phase, State
 NO_VALUE = object()  # in ``Checker.faulty``: the faulty tier call gave no value for the key
 
 TIER_ANSWER_RULE = (
-    "the tier-answer rule (PROTOCOL.md, the worker: a tier that raises, answers too few "
-    "or too many results, or non-bool values yields False for every key it did not "
-    "answer properly)"
+    "the tier-answer rule (docs/protocol.md, 'A tier that raises or answers short': "
+    "a tier that raises, answers too few or too many results, or non-bool values "
+    "yields False for every key it did not answer properly)"
 )
 
 

@@ -30,7 +30,7 @@ explain it and keeps those; hidden steps fill the gaps:
   on checking safety.
 
 When the set becomes empty the observation is excluded by the spec: the
-checker returns a ``Violation`` naming the PROTOCOL.md property (chosen by
+checker returns a ``Violation`` naming the property of docs/properties.md (chosen by
 ``asynclookup.observe.classify``) and the last states that were still possible.
 
 The observations themselves are in ``asynclookup.observe.observations`` (re-exported here).

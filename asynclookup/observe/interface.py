@@ -54,7 +54,7 @@ class OracleLimitError(AsyncLookupError, RuntimeError):
 class Violation(Finding):
     """An observation that no spec state explains, and the property that excludes it.
 
-    ``number``: the PROTOCOL.md property (None: a usage error, a call after
+    ``number``: the property of docs/properties.md (None: a usage error, a call after
     shutdown that did not raise the closed-manager error).  ``states``: a few of
     the spec states that were still possible just before ``observation``.
     """

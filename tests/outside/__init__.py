@@ -1,6 +1,6 @@
 """Outside implementations: vLLM-shaped lookup managers the oracle was not tuned to.
 
-Written from ../shared/PROTOCOL.md as an engineer outside this project would,
+Written from docs/protocol.md as an engineer outside this project would,
 in styles unlike ``tests/zoo`` (which keeps vLLM's table names, tuples in
 queues and one override hook per rule):
 
@@ -18,9 +18,9 @@ queues and one override hook per rule):
   inside the worker's ``try``.
 
 Each base is correct; every other class changes exactly one rule of its base.
-``OUTSIDE`` maps each ``MODULE:CLASS`` to the PROTOCOL.md property the oracle
+``OUTSIDE`` maps each ``MODULE:CLASS`` to the property of docs/properties.md the oracle
 must name when it kills it (None: correct, it must pass); ``ALSO`` lists the
-other properties PROTOCOL.md itself names for the same shipped bug.  Each
+other properties docs/properties.md names for the same shipped bug.  Each
 class's docstring says why its property is the one.  These are test data: the
 oracle's own code never imports them.
 """
@@ -58,8 +58,8 @@ OUTSIDE: dict[str, int | None] = {
     f"{EPOCH}:EpochOneCallPerBatch": 9,
 }
 
-# Bugs PROTOCOL.md lists under two properties ("Bugs that real implementations
-# shipped"), or whose one broken rule two properties exclude: either may be named.
+# Bugs docs/properties.md lists under two properties (its table of variants),
+# or whose one broken rule two properties exclude: either may be named.
 ALSO: dict[str, set[int]] = {
     # "Results applied by key only ... (properties 2, 3)"
     f"{CALLBACK}:ResultsByKeyOnly": {3},

@@ -1,6 +1,6 @@
 """An outside vLLM-shaped manager: slots records, a job queue, results posted by callback.
 
-``CallbackManager`` is correct by ../shared/PROTOCOL.md.  Its style is not the
+``CallbackManager`` is correct by docs/protocol.md.  Its style is not the
 zoo's: probe records are a ``slots`` dataclass with string phases, the tables
 are ``_states`` (key -> probe), ``_by_request`` (request id -> keys) and
 ``_pending`` (this step's batch), generations come from ``itertools.count``,
@@ -9,7 +9,7 @@ results to a callback as soon as that group is answered (per-group posting),
 and tier answers are checked strictly (only a real ``bool`` counts).
 
 Every other class here changes exactly one rule of it; its docstring says which
-PROTOCOL.md property the oracle must name and why.  Test data, not a library:
+property of docs/properties.md the oracle must name and why.  Test data, not a library:
 it has no observer, no health check and no tracing.
 """
 
@@ -198,7 +198,7 @@ class StaleBesideLive(CallbackManager):
     After ``lookup(k, A)``, ``cleanup(A)``, ``lookup(k, A)`` the step's batch
     holds A's dead entry of the first probe beside A's live entry of the
     second; both pass, and the tier is asked ``[k, k]`` for A.  Property 1
-    (PROTOCOL.md: "the tier is asked only about probes that were live and
+    (docs/properties.md: "the tier is asked only about probes that were live and
     PENDING, with the batched generation, at the flush that sent them"): the
     first entry's probe was deleted.  The context is A's both times, so it is
     not property 9.  The same rule also drops a live entry whose batching
@@ -228,9 +228,9 @@ class ResultsByKeyOnly(CallbackManager):
     """A posted result is applied to whatever probe its key has now.
 
     A result of a probe superseded by ``mark_present`` (or deleted and
-    re-created) lands on the key's newer probe.  Property 2 (PROTOCOL.md: a
+    re-created) lands on the key's newer probe.  Property 2 (docs/properties.md: a
     verdict returned by lookup is never "one computed for an older
-    generation"); PROTOCOL.md lists the shipped bug under 2 and 3, since the
+    generation"); docs/properties.md lists the shipped bug under 2 and 3, since the
     newer probe may then receive two verdicts.
     """
 
@@ -248,7 +248,7 @@ class ResultsByKeyOnly(CallbackManager):
 class CleanupKeepsRequestIndex(CallbackManager):
     """Cleanup updates the probes but never removes the request from ``_by_request``.
 
-    Property 4 (PROTOCOL.md: "after cleanup(r), nothing refers to r"): the
+    Property 4 (docs/properties.md: "after cleanup(r), nothing refers to r"): the
     index still maps r to its keys.  The probes' requester sets are right, so
     no verdict or tier call differs; the only evidence is the table, which a
     leak check sees once every request is cleaned up.  It is a bookkeeping
@@ -272,7 +272,7 @@ class ZipDropsShortAnswer(CallbackManager):
 
     A tier that answers too few values leaves the unpaired keys without any
     result: their probes stay IN_FLIGHT and their requesters get None for
-    ever.  Property 6 (PROTOCOL.md: "a probe that has requesters is RESOLVED
+    ever.  Property 6 (docs/properties.md: "a probe that has requesters is RESOLVED
     within one step after the worker finished it"); the shipped bug is listed
     under 6 and 5 (the stranded probe is also never freed).
     """
@@ -291,7 +291,7 @@ class ZipDropsShortAnswer(CallbackManager):
 class NonBoolPassedThrough(CallbackManager):
     """The worker takes a right-length answer as it is: a tier's ``1`` becomes the verdict.
 
-    PROTOCOL.md's tier-answer rule: a tier that returns non-bool values
+    The tier-answer rule of docs/protocol.md: a tier that returns non-bool values
     "yields False for every key it did not answer properly".  The lead files
     that rule under property 7 (survival: "no tier behaviour (..., wrong
     type, ...) stops the worker or the scheduler"), and lookup returns ``1``.
@@ -312,7 +312,7 @@ class CleanupDropsInFlight(CallbackManager):
     """Cleanup deletes a probe left without requesters even while it is IN_FLIGHT.
 
     A second request's lookup of the same key then makes a new probe and the
-    key is probed twice.  Property 8 (PROTOCOL.md: "Cleanup deleted in-flight
+    key is probed twice.  Property 8 (docs/properties.md: "Cleanup deleted in-flight
     probes, so a second request re-probed the same key (property 8)"); an
     efficiency property, so the oracle must be run with strict efficiency.
     """
@@ -332,7 +332,7 @@ class PostsAfterNextTake(CallbackManager):
 
     A pipelining "optimisation": results are posted only when another batch
     arrives (or at shutdown), so after one flush the verdicts never become
-    visible.  Property 6 (PROTOCOL.md: the worker posts results "always before
+    visible.  Property 6 (the protocol: the worker posts results "always before
     it takes the next batch"; "a probe that has requesters is RESOLVED within
     one step after the worker finished it").
     """

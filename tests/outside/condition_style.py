@@ -1,17 +1,17 @@
 """An outside vLLM-shaped manager: immutable records, a condition-variable worker, a results dict.
 
-``ConditionManager`` is correct by ../shared/PROTOCOL.md.  Its style is not
+``ConditionManager`` is correct by docs/protocol.md.  Its style is not
 the zoo's: a probe is an immutable ``NamedTuple`` replaced on every change, the
 tables are ``_probes`` (key -> record), ``_keys_of`` (request id -> keys) and
 ``_step`` (this step's batch), the worker waits on a ``threading.Condition``
 over a deque of jobs, groups a batch with ``itertools.groupby``, and posts a
 whole batch's results at once into a lock-protected dict keyed by (key,
-generation), which a drain swaps out.  Every lookup drains (PROTOCOL.md allows
+generation), which a drain swaps out.  Every lookup drains (docs/protocol.md allows
 it), and tier answers are checked laxly: only ``True`` is present.  Its
 apply step keeps vLLM's "a probe receives one verdict" assertion.
 
 Every other class here changes exactly one rule of it; its docstring says which
-PROTOCOL.md property the oracle must name and why.  Test data, not a library.
+property of docs/properties.md the oracle must name and why.  Test data, not a library.
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ class MarkMissOnceAssert(ConditionManager):
     """mark_miss resolves every probe of its keys, PENDING and IN_FLIGHT ones too.
 
     The probe's own result then reaches ``_apply``, whose once-only assertion
-    trips inside the next lookup, flush or drain.  Property 3 (PROTOCOL.md:
+    trips inside the next lookup, flush or drain.  Property 3 (docs/properties.md:
     "mark_miss forced PENDING/IN_FLIGHT probes to RESOLVED; the next flush or
     drain hit an assertion and stopped the step (property 3)").
     """
@@ -213,7 +213,7 @@ class MarkMissOnceAssert(ConditionManager):
 class OrphanStateKept(ConditionManager):
     """A result for a probe whose requesters are all cleaned up is applied, not deleted.
 
-    The record stays in ``_probes`` for ever.  Property 5 (PROTOCOL.md: "a
+    The record stays in ``_probes`` for ever.  Property 5 (the protocol: "a
     result for a probe with no requesters left deletes that state"; "once
     every request is cleaned up and every result is drained, no probe state
     ... remains").  From outside it can also show as property 2: a later
@@ -234,7 +234,7 @@ class LazyOutsideTry(ConditionManager):
 
     A lazy iterable that raises part-way raises outside the ``try``, killing
     the worker thread; every later probe stays unanswered.  Property 7
-    (PROTOCOL.md: "no tier behaviour (... lazy iterable that raises ...)
+    (docs/properties.md: "no tier behaviour (... lazy iterable that raises ...)
     stops the worker"); the shipped bug is listed under 7 and 6.
     """
 
@@ -252,7 +252,7 @@ class LazyOutsideTry(ConditionManager):
 class NonBoolCoerced(ConditionManager):
     """The worker coerces each tier answer with ``bool()``: a tier's ``1`` or ``"yes"`` is True.
 
-    PROTOCOL.md's tier-answer rule: non-bool values "yield False for every key
+    The tier-answer rule of docs/protocol.md: non-bool values "yield False for every key
     it did not answer properly".  The lead files that rule under property 7;
     the verdict is the key's own probe's, so it is not property 2.
     """
@@ -270,7 +270,7 @@ class NonBoolCoerced(ConditionManager):
 class OneContextPerBatch(ConditionManager):
     """The worker asks the tier once per batch, with the first entry's request context.
 
-    Property 9 (PROTOCOL.md: "every key is probed with the request context
+    Property 9 (docs/properties.md: "every key is probed with the request context
     that was batched with its probe, in a tier call that holds only that
     request's keys").
     """

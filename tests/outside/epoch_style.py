@@ -1,6 +1,6 @@
 """An outside vLLM-shaped manager: epochs, one re-entrant lock, a results deque, list records.
 
-``EpochManager`` is correct by ../shared/PROTOCOL.md.  Its style is neither the
+``EpochManager`` is correct by docs/protocol.md.  Its style is neither the
 zoo's nor the other outside styles': every table and the worker's hand-overs
 are guarded by ONE ``threading.RLock`` (the worker waits on a condition built
 on it), a probe is a mutable list ``[epoch, stage, verdict, owners]`` with
@@ -16,7 +16,7 @@ a ``TypeError``, which turns the whole call into misses.
 This module was written after the oracle's fixes for issue 15 and was not used
 to tune them: it is the held-out measure of docs/benchmarks.md's "Outside
 implementations".  Every other class changes exactly one rule of the base; its
-docstring says which PROTOCOL.md property the oracle must name and why.  Test
+docstring says which property of docs/properties.md the oracle must name and why.  Test
 data, not a library.
 """
 
@@ -206,7 +206,7 @@ class EpochFlushUnchecked(EpochManager):
 
     An entry whose request was cleaned up (its record deleted), or whose key
     ``mark_present`` gave a new epoch, is still sent to the tier.  Property 1
-    (PROTOCOL.md: "Flush sent the whole batch without re-validation (property
+    (docs/properties.md: "Flush sent the whole batch without re-validation (property
     1: the seed)").
     """
 
@@ -218,7 +218,7 @@ class EpochLandsByKey(EpochManager):
     """A drained result lands on its key's record whatever that record's epoch.
 
     A result of an epoch that ``mark_present`` replaced (or a deleted and
-    re-created record) overrides the newer verdict.  Property 2 (PROTOCOL.md:
+    re-created record) overrides the newer verdict.  Property 2 (docs/properties.md:
     "Results applied by key only ... (properties 2, 3)"): the newer record may
     also be handed a second verdict, which its once-only check rejects (3).
     """
@@ -239,7 +239,7 @@ class EpochMissSettlesAll(EpochManager):
     """mark_miss settles every record of its keys to False, waiting and flying ones too.
 
     The record's own result then finds it SETTLED, and ``_land`` raises inside
-    the lookup, flush or drain that applies it.  Property 3 (PROTOCOL.md:
+    the lookup, flush or drain that applies it.  Property 3 (docs/properties.md:
     "mark_miss forced PENDING/IN_FLIGHT probes to RESOLVED; the next flush or
     drain hit an assertion and stopped the step (property 3)").
     """
@@ -255,7 +255,7 @@ class EpochMissSettlesAll(EpochManager):
 class EpochOwnersKept(EpochManager):
     """Cleanup releases the request's records but leaves its entry in ``_owners``.
 
-    Property 4 (PROTOCOL.md: "after cleanup(r), nothing refers to r"): nothing
+    Property 4 (docs/properties.md: "after cleanup(r), nothing refers to r"): nothing
     the class returns differs, only its request index, which the leak check
     sees once every request is cleaned up.
     """
@@ -270,7 +270,7 @@ class EpochZipShort(EpochManager):
     """The worker pairs keys with the tier's answer by ``zip()``, unchecked for length.
 
     A short answer leaves the unpaired keys without a result: their records stay
-    FLYING and their requesters get None for ever.  Property 6 (PROTOCOL.md:
+    FLYING and their requesters get None for ever.  Property 6 (docs/properties.md:
     "zip() over keys and results silently dropped keys ... (6, 5)").
     """
 
@@ -289,7 +289,7 @@ class EpochTypeCheckEscapes(EpochManager):
     """The strict type check runs after the ``try``: a non-bool answer kills the worker.
 
     ``TypeError`` escapes the worker thread, so every later batch waits for
-    ever.  Property 7 (PROTOCOL.md: "no tier behaviour (exception, wrong
+    ever.  Property 7 (docs/properties.md: "no tier behaviour (exception, wrong
     length, wrong type, ...) stops the worker or the scheduler").
     """
 
@@ -307,7 +307,7 @@ class EpochReleasesFlying(EpochManager):
     """Cleanup deletes a record left without owners even while it is FLYING.
 
     A later lookup of the key makes a new record and probes the key again while
-    the first probe is still in the tier.  Property 8 (PROTOCOL.md: "Cleanup
+    the first probe is still in the tier.  Property 8 (docs/properties.md: "Cleanup
     deleted in-flight probes, so a second request re-probed the same key
     (property 8)"): the oracle must run with strict efficiency.
     """
@@ -324,7 +324,7 @@ class EpochReleasesFlying(EpochManager):
 class EpochOneCallPerBatch(EpochManager):
     """The worker asks the tier once per batch, with the first entry's request context.
 
-    Property 9 (PROTOCOL.md: "every key is probed with the request context
+    Property 9 (docs/properties.md: "every key is probed with the request context
     that was batched with its probe, in a tier call that holds only that
     request's keys").
     """

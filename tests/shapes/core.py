@@ -54,7 +54,7 @@ class Countdown:
 
 
 class ShapeCore:
-    """A correct manager by PROTOCOL.md; subclasses give it a public shape."""
+    """A correct manager by docs/protocol.md; subclasses give it a public shape."""
 
     POOL = 1  # threads that call the tier (1: the dispatcher calls it itself)
 

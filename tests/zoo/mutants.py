@@ -1,8 +1,8 @@
 """Broken vLLM-shaped managers: each overrides one rule of ``VllmShapedManager``.
 
-The first six are the bugs PROTOCOL.md says real implementations shipped; the
+The first six are the bugs docs/properties.md says real implementations shipped; the
 rest are plausible mistakes of our own.  ``MUTANTS`` maps each class to the
-PROTOCOL.md property the oracle must report when it kills it.
+property of docs/properties.md the oracle must report when it kills it.
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ class DrainStopsAtFirstBatch(VllmShapedManager):
 
 
 
-# mutant class name -> the PROTOCOL.md property the oracle must name when it kills
+# mutant class name -> the property of docs/properties.md the oracle must name when it kills
 # it; the names are what `asynclookup fuzz --impl tests.zoo.mutants:NAME` takes.
 MUTANTS: dict[str, int] = {
     "FlushWithoutRevalidation": 1,

@@ -1,6 +1,6 @@
 """A lookup service of another shape than vLLM's, for the adapter walkthrough of docs/oracle.md.
 
-``StepLookupService`` keeps the protocol (PROTOCOL.md) behind an API of its
+``StepLookupService`` keeps the protocol (docs/protocol.md) behind an API of its
 own: the tier is a function given to the constructor, ``probe(keys,
 request_id)``; the scheduler calls are ``query(request_id, key)``,
 ``end_step()``, ``release(request_id)``, ``collect()`` and ``close()``; it has

@@ -45,7 +45,7 @@ ResultEntry = tuple[bytes, int, bool]  # key, generation, verdict
 
 
 class VllmShapedManager(ABC):
-    """Scheduler-thread API plus one worker thread; correct by PROTOCOL.md."""
+    """Scheduler-thread API plus one worker thread; correct by docs/protocol.md."""
 
     def __init__(self, tier_type: str) -> None:
         self._tier_type = tier_type

@@ -1,7 +1,7 @@
 """A user's prefix-cache lookup manager in vLLM 0.34's shape (fixed twin).
 
 Fixed: a tier that answers fewer values than keys no longer strands the keys
-it left out: the short answer is padded with False (a miss), as PROTOCOL.md
+it left out: the short answer is padded with False (a miss), as docs/protocol.md
 says: a key the tier did not answer properly gets False.
 """
 
