@@ -353,6 +353,93 @@ def test_a_planted_broken_link_is_found(tmp_path: Path) -> None:
     assert broken_links(doc) == ["missing.md", "properties.md#no-such-heading"]
 
 
+# Where docs are cited outside markdown links (in code, CLI output, docstrings and
+# prose): a page's path under docs/, alone, with ``#anchor`` or with ``, "Section"``.
+CITING_DIRS = ("asynclookup", "spec", "reference", "docs", "tests", "bench", "docgen")
+CITING_SUFFIXES = (".py", ".pyi", ".md", ".c", ".json", ".toml")
+CITED = re.compile(
+    r"\bdocs/(?P<page>[\w.-]+\.md)"
+    r"""(?:#(?P<anchor>[\w-]+)|,? \(?(?:"(?P<dq>[^"`]+)"|'(?P<sq>[^'`]+)'))?"""
+)
+OUTSIDE_BRIEF = re.compile(r"\bPROTOCOL\.md\b")
+
+
+def citing_files() -> list[Path]:
+    """Every file of the repository that may cite a doc: code, docs, tests, the README."""
+    found = [ROOT / "README.md", ROOT / "Makefile", ROOT / "pyproject.toml"]
+    for folder in CITING_DIRS:
+        found += sorted(
+            p for p in (ROOT / folder).rglob("*")
+            if p.is_file() and p.suffix in CITING_SUFFIXES and "__pycache__" not in p.parts
+        )
+    return found
+
+
+def _headings_and_leads(page: Path) -> list[str]:
+    """The headings of a page and its bold leads (``**Asking again is harmless.**``)."""
+    text = page.read_text("utf-8")
+    return [*re.findall(r"^#+ (.*)$", text, re.MULTILINE),
+            *re.findall(r"\*\*([^*\n]+?)\*\*", text)]
+
+
+def broken_citations(path: Path, root: Path = ROOT) -> list[str]:
+    """The citations of a page of docs/ in a file whose page, anchor or section is missing."""
+    bad = []
+    for m in CITED.finditer(path.read_text(encoding="utf-8")):
+        page = root / "docs" / m["page"]
+        cited = " ".join(m[0].split())
+        if not page.exists():
+            bad.append(cited)
+            continue
+        section = m["dq"] or m["sq"]
+        if m["anchor"] and m["anchor"] not in {_slug(h) for h in _headings_and_leads(page)}:
+            bad.append(cited)
+        elif section:
+            wanted = " ".join(section.split()).lower()
+            if not any(wanted in " ".join(h.split()).lower() for h in _headings_and_leads(page)):
+                bad.append(cited)
+    return bad
+
+
+def test_no_file_cites_the_brief_outside_the_repository() -> None:
+    """No file cites the design brief's file, not in the repository (docs/protocol.md is)."""
+    citing = [str(p.relative_to(ROOT)) for p in citing_files()
+              if OUTSIDE_BRIEF.search(p.read_text(encoding="utf-8"))]
+    assert citing == []
+
+
+@pytest.mark.parametrize("path", citing_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_cited_doc_paths_exist(path: Path) -> None:
+    """Every page of docs/ this file cites exists, with the anchor or section it names."""
+    assert broken_citations(path) == []
+
+
+def test_a_planted_broken_citation_is_found(tmp_path: Path) -> None:
+    """A missing page, a missing anchor and a missing section are reported; good ones not."""
+    (tmp_path / "docs").mkdir()
+    shutil.copy(ROOT / "docs" / "protocol.md", tmp_path / "docs" / "protocol.md")
+    d = "docs"  # the planted citations are built, so that this file cites no bad one
+    code = tmp_path / "planted.py"
+    code.write_text(
+        f'"""See {d}/missing.md, {d}/protocol.md#no-such-heading and\n'
+        f"{d}/protocol.md, 'No such section'; {d}/protocol.md#the-races,\n"
+        f'{d}/protocol.md, "Asking again\nis harmless" and {d}/protocol.md are fine."""\n',
+        encoding="utf-8",
+    )
+    assert broken_citations(code, tmp_path) == [
+        f"{d}/missing.md",
+        f"{d}/protocol.md#no-such-heading",
+        f"{d}/protocol.md, 'No such section'",
+    ]
+
+
+def test_a_planted_citation_of_the_brief_is_found() -> None:
+    """The brief's file name is caught in a docstring; docs/protocol.md is not."""
+    brief = "PROTOCOL" + ".md"  # spelt in two parts, so that this file does not cite it
+    assert OUTSIDE_BRIEF.search(f'"""the property of {brief}, number 6"""')
+    assert not OUTSIDE_BRIEF.search('"""the property of docs/protocol.md"""')
+
+
 def test_readme_first_screen_says_what_it_is_and_how_to_start() -> None:
     """The README's first 25 lines name the project and both set-up commands."""
     first_screen = " ".join(
