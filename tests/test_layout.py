@@ -25,6 +25,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     ),
     "asynclookup.trace": ("asynclookup.spec", "asynclookup.observe", "asynclookup._cli"),
     "asynclookup._cli": ("asynclookup.spec",),
+    "asynclookup.examples": (),  # example classes for a first run: standard library only
 }
 TOOLS_ABOVE = (
     "asynclookup.modelcheck", "asynclookup.observe", "asynclookup.conformance", "asynclookup.trace",
@@ -119,6 +120,13 @@ def test_no_module_imports_tests_or_the_dev_tools() -> None:
     for module, imported in GRAPH.items():
         bad = {t for t in imported if t.split(".")[0] in {"tests", "bench", "docgen"}}
         assert not bad, f"{module} imports {sorted(bad)}"
+
+
+def test_no_tool_imports_the_examples() -> None:
+    """asynclookup.examples is for users to point the oracle at: no other module imports it."""
+    for module, imported in GRAPH.items():
+        if _part(module) != "asynclookup.examples":
+            assert not {t for t in imported if _part(t) == "asynclookup.examples"}, module
 
 
 def test_no_module_imports_the_generic_top_level_names() -> None:

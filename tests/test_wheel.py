@@ -2,8 +2,10 @@
 
 This is what a user of an engine gets from ``pip install``: one namespace,
 ``asynclookup``, with its subpackages; no top-level ``spec`` or ``reference``;
-the README's taste runs, and the ``asynclookup`` script fuzzes a vLLM-shaped
-class of the user's own from the user's directory.
+the README's taste runs, the README's command lines run from an empty directory
+(the example classes they name ship in ``asynclookup.examples``), and the
+``asynclookup`` script fuzzes a vLLM-shaped class of the user's own from the
+user's directory.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def test_wheel_holds_one_namespace(installed: tuple[Path, Path, Path]) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"asynclookup"}
-    for sub in ("spec", "reference", "modelcheck", "conformance", "trace"):
+    for sub in ("spec", "reference", "modelcheck", "conformance", "trace", "examples"):
         assert f"asynclookup/{sub}/__init__.py" in names, sub
     assert "asynclookup/trace/trace.schema.json" in names
     assert not any(n.startswith(("docgen/", "tests/", "bench/")) for n in names)
@@ -79,6 +81,34 @@ def test_readme_taste_runs_from_the_wheel(installed: tuple[Path, Path, Path]) ->
     script.write_text("\n".join(blocks))
     out = _run([str(python), str(script)], cwd=work)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def _readme_command_lines() -> list[tuple[list[str], int]]:
+    """Each ``asynclookup`` line of the README's sh blocks: its words and its exit code."""
+    readme = (ROOT / "README.md").read_text()
+    found = []
+    for block in re.findall(r"```sh\n(.*?)```", readme, re.DOTALL):
+        for line in block.splitlines():
+            if line.startswith("asynclookup "):
+                command, _, note = line.partition("#")
+                code = re.match(r"\s*exit (\d+)", note)
+                found.append((command.split(), int(code[1]) if code else 0))
+    return found
+
+
+def test_readme_commands_run_from_an_empty_directory(
+    installed: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """Every ``asynclookup`` line of the README runs from an empty directory with only the
+    wheel installed, and exits with the code the README shows (the pip user's first contact)."""
+    _, python, _ = installed
+    lines = _readme_command_lines()
+    assert any("asynclookup.examples.seed_bug:BuggyManager" in words for words, _ in lines)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for words, code in lines:
+        out = _run([str(python.parent / words[0]), *words[1:]], cwd=empty)
+        assert out.returncode == code, (words, out.stdout[-2000:] + out.stderr[-2000:])
 
 
 def test_impl_fuzz_runs_from_the_wheel(installed: tuple[Path, Path, Path]) -> None:
