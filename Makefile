@@ -1,18 +1,31 @@
 # The two entry points of the README: `make fuzz` (the main job) and `make test`.
-# Both create .venv when it is missing and install the project into it.
+# Both create .venv when it is missing and install into it what they need:
+# fuzz the package alone (its one dependency is Hypothesis), test, lint,
+# typecheck, crosshair and bench the dev extras too.  Each install leaves a stamp.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # HypoFuzz's own venv (pyproject.toml's hypofuzz extra says why it is separate)
 HYPOFUZZ_VENV ?= .venv-hypofuzz
 
-.PHONY: install hypofuzz-env fuzz test lint typecheck crosshair bench clean
+.PHONY: install install-run hypofuzz-env fuzz test lint typecheck crosshair bench clean
 
-$(BIN)/.installed: pyproject.toml asynclookup/modelcheck/_cvisited.c  # the C kernel is built at install
+# The package alone: what `make fuzz` runs.
+$(BIN)/.installed-run: pyproject.toml asynclookup/modelcheck/_cvisited.c  # the C kernel is built at install
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+# The package and the dev extras (pytest, mypy, ruff, CrossHair, xdist, redis):
+# everything else.  It holds the package too, so it stamps both.
+$(BIN)/.installed: pyproject.toml asynclookup/modelcheck/_cvisited.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
-	touch $@
+	touch $@ $(BIN)/.installed-run
+
+install-run: $(BIN)/.installed-run
 
 install: $(BIN)/.installed
 
@@ -24,7 +37,7 @@ $(HYPOFUZZ_VENV)/.installed: pyproject.toml
 
 hypofuzz-env: $(HYPOFUZZ_VENV)/.installed
 
-fuzz: install
+fuzz: install-run
 	$(BIN)/asynclookup model-check --keys 1 --requests 2
 	$(BIN)/asynclookup model-check --keys 2 --requests 1
 	$(BIN)/asynclookup fuzz --mode stepped --examples 300
