@@ -11,12 +11,14 @@ counterexample of docs/properties.md is a real run of its broken variant.
 
 from __future__ import annotations
 
+import argparse
 import re
 import shutil
 from pathlib import Path
 
 import pytest
 
+from asynclookup.cli import parser as cli_parser
 from asynclookup.modelcheck.search import TraceStep
 from asynclookup.spec.core import INITIAL, step
 from asynclookup.spec.properties import ALWAYS
@@ -438,6 +440,54 @@ def test_a_planted_citation_of_the_brief_is_found() -> None:
     brief = "PROTOCOL" + ".md"  # spelt in two parts, so that this file does not cite it
     assert OUTSIDE_BRIEF.search(f'"""the property of {brief}, number 6"""')
     assert not OUTSIDE_BRIEF.search('"""the property of docs/protocol.md"""')
+
+
+# -- the synopsis of fuzz -------------------------------------------------------------
+
+
+def _subcommand(name: str) -> argparse.ArgumentParser:
+    """The parser of one ``asynclookup`` subcommand."""
+    for action in cli_parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[name]
+            return found
+    raise AssertionError("asynclookup has no subcommands")
+
+
+def synopsis_problems(text: str, command: argparse.ArgumentParser) -> list[str]:
+    """How a synopsis differs from the parser: options missing or unknown, other choices."""
+    shown = dict(re.findall(r"(--[\w-]+)(?: ([\w|]+\|[\w|]+))?", text))
+    options = {s: a for a in command._actions for s in a.option_strings if s.startswith("--")}
+    options.pop("--help")
+    problems = [f"{o} is not in the synopsis" for o in sorted(set(options) - set(shown))]
+    problems += [f"{o} is not an option" for o in sorted(set(shown) - set(options))]
+    for option, action in sorted(options.items()):
+        listed = shown.get(option)
+        if action.choices is not None and listed and listed.split("|") != list(action.choices):
+            problems.append(f"{option} shows {listed}, its choices are {list(action.choices)}")
+    return problems
+
+
+def _fuzz_synopsis() -> str:
+    text = (ROOT / "docs" / "oracle.md").read_text("utf-8")
+    section = text[text.index("## Running it\n"):]
+    return section[section.index("```text\n"):section.index("\n```\n")]
+
+
+def test_the_fuzz_synopsis_names_every_option() -> None:
+    """docs/oracle.md's synopsis of fuzz names every option of its parser, with its choices."""
+    assert synopsis_problems(_fuzz_synopsis(), _subcommand("fuzz")) == []
+
+
+def test_a_planted_stale_synopsis_is_found() -> None:
+    """An option left out, one that does not exist and a wrong choice are each reported."""
+    planted = (_fuzz_synopsis().replace(" [--json]", " [--no-such-option]")
+               .replace("stepped|threaded", "stepped|threaded|eager"))
+    assert synopsis_problems(planted, _subcommand("fuzz")) == [
+        "--json is not in the synopsis",
+        "--no-such-option is not an option",
+        "--mode shows stepped|threaded|eager, its choices are ['stepped', 'threaded']",
+    ]
 
 
 def test_readme_first_screen_says_what_it_is_and_how_to_start() -> None:
