@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,6 +84,37 @@ def test_bad_arguments_exit_2_with_one_line(
     """Bad input exits 2 with one line on stderr naming the argument, no traceback."""
     code, out, err = fuzz(capsys, *args)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and says in err
+
+
+def fuzz_in(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``asynclookup fuzz`` in a new process whose working directory is ``where``
+    (Hypothesis fixes its storage directory from the working directory at import)."""
+    command = [sys.executable, "-c", "from asynclookup.cli import main; raise SystemExit(main())"]
+    return subprocess.run([*command, "fuzz", *args], cwd=where, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_a_run_writes_nothing_in_the_working_directory_but_the_cache(tmp_path: Path) -> None:
+    """Without --db, --replay-out or --regression-out, a run leaves at most Hypothesis's
+    cache (.hypothesis/) in its working directory, as fuzz --help says."""
+    done = fuzz_in(tmp_path, "--examples", "5", "--seed", "1")
+    assert done.returncode == 0, done.stderr
+    assert set(os.listdir(tmp_path)) <= {".hypothesis"}
+    assert not (tmp_path / ".hypothesis" / "examples").exists()
+
+
+def test_a_run_from_a_directory_it_cannot_write_works(tmp_path: Path) -> None:
+    """From a read-only directory where .hypothesis/ cannot be made (a file has its name,
+    so even root cannot), the run is clean, says nothing on stderr and writes nothing."""
+    (tmp_path / ".hypothesis").write_text("not a directory\n")
+    tmp_path.chmod(0o555)
+    try:
+        done = fuzz_in(tmp_path, "--examples", "5", "--seed", "1")
+    finally:
+        tmp_path.chmod(0o755)
+    assert done.returncode == 0 and "no violation" in done.stdout
+    assert done.stderr == ""
+    assert os.listdir(tmp_path) == [".hypothesis"] and (tmp_path / ".hypothesis").is_file()
 
 
 def test_a_directory_database_shares_a_counterexample(

@@ -70,6 +70,10 @@ def register(subparsers: Any) -> None:
         help="fuzz an implementation against the spec (the conformance oracle)",
         description="Drive an implementation with random call sequences, answer its tier "
         "calls (with faults), and check every observation against the spec.",
+        epilog="Files: found counterexamples are kept only in --db (none by default). "
+        "Hypothesis caches what it reads of the code under test in .hypothesis/ of the "
+        "working directory; where that cannot be written (a read-only directory), the run "
+        "goes on without the cache.",
     )
     p.add_argument("--target", default="reference", metavar="MODULE:ATTR",
                    help="reference (default), or a manager class / adapter factory by path")
@@ -108,7 +112,8 @@ def register(subparsers: Any) -> None:
                    help="rules per Hypothesis example at most (default 50)")
     p.add_argument("--seed", type=integer, metavar="S", help="seed Hypothesis (reproducible runs)")
     p.add_argument("--db", metavar="PATH_OR_REDIS_URL",
-                   help="share found counterexamples: a directory or a redis:// URL")
+                   help="keep and share found counterexamples: a directory or a redis:// "
+                   "URL (default: none kept)")
     p.add_argument("--redis-url", metavar="URL",
                    help=f"the server of --tier redis (default $ASYNCLOOKUP_REDIS_URL or "
                    f"{DEFAULT_REDIS_URL})")
