@@ -29,7 +29,7 @@ REGISTRATIONS: list[Register] = [register_model_check, register_check_trace, reg
 
 def parser() -> argparse.ArgumentParser:
     """The ``asynclookup`` parser with every registered subcommand."""
-    top = Parser(prog="asynclookup", description=__doc__.splitlines()[0])
+    top = Parser(prog="asynclookup", description=__doc__.splitlines()[0].replace("``", ""))
     subparsers = top.add_subparsers(dest="command", required=True, parser_class=Parser)
     for register in REGISTRATIONS:
         register(subparsers)

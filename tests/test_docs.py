@@ -490,6 +490,27 @@ def test_a_planted_stale_synopsis_is_found() -> None:
     ]
 
 
+def _subcommands() -> list[str]:
+    return [a for action in cli_parser()._actions
+            if isinstance(action, argparse._SubParsersAction) for a in action.choices]
+
+
+MARKUP = re.compile(r"``|:[a-z]+:`")  # reStructuredText: ``literal``, :role:`target`
+
+
+def test_the_markup_pattern_finds_literals_and_roles() -> None:
+    """The pattern the help test uses finds a ``literal`` and a :role:, not plain text."""
+    assert MARKUP.findall("the ``asynclookup`` command, :func:`main`") == ["``", "``", ":func:`"]
+    assert MARKUP.findall("asynclookup fuzz: 10:30, `--impl`") == []
+
+
+@pytest.mark.parametrize("command", ["", *_subcommands()])
+def test_help_shows_no_docstring_markup(command: str) -> None:
+    """``asynclookup [COMMAND] --help`` is plain text: no ``literal`` or :role: markup."""
+    shown = (_subcommand(command) if command else cli_parser()).format_help()
+    assert MARKUP.findall(shown) == []
+
+
 def test_readme_first_screen_says_what_it_is_and_how_to_start() -> None:
     """The README's first 25 lines name the project and both set-up commands."""
     first_screen = " ".join(

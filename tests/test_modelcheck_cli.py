@@ -11,6 +11,8 @@ import pytest
 
 from asynclookup import cli
 from asynclookup._cli import Subparsers
+from asynclookup.modelcheck import report
+from asynclookup.modelcheck.search import Bounds
 
 TINY = ["--keys", "1", "--requests", "1", "--batch-entries", "1", "--queued-batches", "1",
         "--posted-results", "1"]
@@ -46,6 +48,40 @@ def test_json_is_one_machine_readable_object(capsys: pytest.CaptureFixture[str])
     assert code == 0 and data["verdict"] == "holds" and data["fixpoint"] is True
     assert data["states"] == 140 and data["depth"] == 16 and data["violation"] is None
     assert set(data) >= {"transitions", "seconds", "peak_memory_mb", "sometimes", "bounds"}
+
+
+def test_a_goal_the_bounds_rule_out_is_impossible_not_missed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """With one request, joining another request's probe is impossible at these bounds,
+    and the report says so (text and JSON) instead of NOT reached."""
+    code, out, _ = _run(capsys, *TINY)
+    (line,) = [line for line in out.splitlines() if line.startswith("sometimes: ")]
+    assert code == 0 and "NOT reached" not in line
+    assert "joined_in_flight impossible at these bounds (needs --requests 2)" in line
+    code, out, _ = _run(capsys, *TINY, "--json")
+    assert json.loads(out)["sometimes_impossible"] == {"joined_in_flight": "needs --requests 2"}
+
+
+def test_every_other_goal_is_reached_at_the_smallest_bounds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Only the goals of report.GOAL_NEEDS can be ruled out by the bounds: every other
+    sometimes goal is reached with one key, one request and room for one of each."""
+    code, out, _ = _run(capsys, *TINY, "--json")
+    missed = {name for name, hit in json.loads(out)["sometimes"].items() if not hit}
+    assert code == 0 and missed == set(report.GOAL_NEEDS)
+
+
+def test_a_goal_missed_where_the_bounds_allow_it_is_not_reached() -> None:
+    """A goal the bounds allow but the search did not reach (a limit stopped it) is
+    reported as NOT reached: only the bounds make a goal impossible."""
+    assert report._goal_text("joined_in_flight", False, Bounds(keys=1, requests=2)) == (
+        "joined_in_flight NOT reached"
+    )
+    assert report._goal_text("resolved_present", False, Bounds(keys=1, requests=1)) == (
+        "resolved_present NOT reached"
+    )
 
 
 def test_seed_variant_exits_1_with_the_seed_trace(capsys: pytest.CaptureFixture[str]) -> None:

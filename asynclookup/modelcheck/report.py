@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from asynclookup.modelcheck.search import CheckResult, TraceStep, Violation
+from asynclookup.modelcheck.search import Bounds, CheckResult, TraceStep, Violation
 from asynclookup.spec.core import (
     Action,
     Cleanup,
@@ -36,6 +36,31 @@ from asynclookup.spec.core import (
 from asynclookup.spec.properties import CRASH
 
 DOT_LIMIT = 1000  # states; beyond this a drawing is unreadable
+
+# The sometimes goals (asynclookup.spec.properties.SOMETIMES) whose state the bounds
+# can rule out, and the least bound it needs: a probe with two requesters needs two
+# requests.  Every other goal is reached with one key and one request
+# (tests/test_modelcheck_cli.py pins both), so a goal missed at other bounds is
+# reported as NOT reached: a search that stayed short of it.
+GOAL_NEEDS: dict[str, tuple[str, int]] = {
+    "joined_in_flight": ("requests", 2),
+}
+
+
+def goal_impossible(name: str, bounds: Bounds) -> str | None:
+    """Why no run within ``bounds`` reaches the goal ``name`` ("needs --requests 2"), or None."""
+    if name not in GOAL_NEEDS:
+        return None
+    field, least = GOAL_NEEDS[name]
+    return f"needs --{field} {least}" if getattr(bounds, field) < least else None
+
+
+def _goal_text(name: str, hit: bool, bounds: Bounds) -> str:
+    """One goal of the ``sometimes:`` line."""
+    if hit:
+        return f"{name} reached"
+    why = goal_impossible(name, bounds)
+    return f"{name} impossible at these bounds ({why})" if why else f"{name} NOT reached"
 
 
 def key_name(key: bytes) -> str:
@@ -157,8 +182,7 @@ def text(result: CheckResult, variant: str | None, peak_mb: float) -> str:
         f"{result.seconds:.1f} s ({rate:,.0f} states/s)  peak memory {peak_mb:,.0f} MB",
         _storage_line(result),
         "sometimes: " + ", ".join(
-            f"{name} {'reached' if hit else 'NOT reached'}"
-            for name, hit in result.sometimes.items()
+            _goal_text(name, hit, b) for name, hit in result.sometimes.items()
         ),
     ]
     if result.violation is not None:
@@ -235,6 +259,10 @@ def as_json(result: CheckResult, variant: str | None, peak_mb: float) -> dict[st
         "peak_memory_mb": round(peak_mb, 1),
         "verdict": verdict(result),
         "sometimes": result.sometimes,
+        "sometimes_impossible": {
+            name: why for name in result.sometimes
+            if not result.sometimes[name] and (why := goal_impossible(name, b))
+        },
         "stuck_states": result.stuck,
         "research_states": result.research_states,
         "storage": {
