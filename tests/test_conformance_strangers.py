@@ -23,6 +23,7 @@ from tests.strangers import BUGGY, CORRECT, HANGS
 
 EXAMPLES = 60  # per seed, on each correct class
 KILL_EXAMPLES = 300  # at most, per seed, on a one-bug copy
+KILL_SEEDS = (1, 2, 3)
 SHRINK_BUDGET = 15.0
 
 
@@ -55,9 +56,13 @@ def test_naming_the_results_table_changes_no_verdict(impl: str, results: str) ->
 
 @pytest.mark.parametrize("impl", sorted(BUGGY), ids=lambda p: p.rpartition(":")[2])
 def test_one_bug_copy_is_named_by_its_own_property(impl: str) -> None:
-    """Each one-bug copy is killed, with exactly its property, shrunk to at most 8 calls."""
-    error = first_violation(impl, seed=1, examples=KILL_EXAMPLES, faults="all")
-    assert error is not None, f"{impl} survived {KILL_EXAMPLES} examples"
+    """Each one-bug copy is killed, with exactly its property, shrunk to at most 8 calls
+    (a later seed is tried only when one survives its examples)."""
+    for seed in KILL_SEEDS:
+        error = first_violation(impl, seed=seed, examples=KILL_EXAMPLES, faults="all")
+        if error is not None:
+            break
+    assert error is not None, f"{impl} survived {KILL_EXAMPLES} examples on seeds {KILL_SEEDS}"
     assert error.violation.number == BUGGY[impl], str(error)
     shrunk = shrink(error, SHRINK_BUDGET)
     assert shrunk.violation.number == BUGGY[impl], str(shrunk)

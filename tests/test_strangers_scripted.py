@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.strangers import BUGGY, BUGGY_ALSO, CORRECT, HANGS
+from tests.strangers import BUG_KIND, BUGGY, BUGGY_ALSO, CORRECT, HANGS, PROPERTY_OF_KIND
 
 WAIT = 3.0  # bound on waiting for a tier call that must come
 POLL = 1.5  # bound on polling for a verdict that must land
@@ -568,7 +568,7 @@ def test_bug_copy_fails_a_scenario_of_its_property(
     make: Callable[[str], Harness], path: str
 ) -> None:
     """Each one-bug copy fails a scripted scenario written for the property it breaks."""
-    scenarios = SCENARIOS_FOR[BUGGY[path]]
+    scenarios = SCENARIOS_FOR[PROPERTY_OF_KIND[BUG_KIND[path]]]
     failed: list[str] = []
     for scenario in scenarios:
         try:

@@ -220,7 +220,6 @@ class Driver:
         self.calls: list[Call] = []
         self._posted_expected = 0  # results the worker owes in all (threaded)
         self._settled_at = 0
-        self._answered_keys: set[bytes] = set()  # keys of every tier call answered
         self._requests: set[str] = set()  # every request id the run used
         self._asking_again = False  # a leftover's key is being asked again
         self.owns_inner = False  # close() disposes of the real tier
@@ -477,13 +476,13 @@ class Driver:
     def _judge_leftovers(self) -> None:
         """Feed the IUT's non-empty tables at a quiescent point (``Leftover``).
 
-        When they hold a probe of a key the tier answered, the class is asked once more
-        what it does with that key, as a new request would (``lookup``, ``flush``, the
-        worker's tier call), before the leftover is called a leak: a probe stuck in
-        flight never makes that tier call (property 6, progress, whether or not anyone
-        still waited for it), and an orphan kept with its verdict delivers that stale
-        verdict (property 2).  Only if neither shows is it a leak (4 or 5), judged on
-        the states of the quiescent point."""
+        When they hold a probe of a key, the class is asked once more what it does with
+        that key, as a new request would (``lookup``, ``flush``, the worker's tier call),
+        before the leftover is called a leak: a probe stuck in flight never makes that
+        tier call (property 6, progress, whether or not anyone still waited for it), an
+        orphan kept with its verdict delivers that stale verdict (property 2), a kept
+        PENDING orphan is submitted for its cleaned-up request (property 1).  Only if
+        none shows is it a leak (4 or 5), judged on the states of the quiescent point."""
         left = self._leftovers()
         if left is None:
             return
@@ -564,13 +563,8 @@ class Driver:
     def close(self) -> None:
         """Shut the IUT down if the run did not (checked unless a violation was found)."""
         try:
-            if self._scheduler.hung is not None:
-                abandon = getattr(getattr(self, "target", None), "abandon", None)
-                if abandon is not None:
-                    abandon()  # stuck in a call that never returned: call nothing more
-                return
-            if self.checker.stopped:
-                return
+            if self._scheduler.hung is not None or self.checker.stopped:
+                return  # stuck in a call that never returned, or shut down already
             if self.failed:
                 if self.mode == "threaded":
                     self.tier.auto()
@@ -578,6 +572,10 @@ class Driver:
                 return
             self.shutdown()
         finally:
+            if self._scheduler.hung is not None:
+                abandon = getattr(getattr(self, "target", None), "abandon", None)
+                if abandon is not None:
+                    abandon()  # release what the adapter holds; call nothing more
             self._scheduler.close()
             if self.owns_inner:
                 self.owns_inner = False
@@ -653,7 +651,6 @@ class Driver:
                 f"{tier_call.answer}"
             )
             self._posted_expected += len(tier_call.keys)
-            self._answered_keys.update(tier_call.keys)
             self._requests.add(tier_call.request)
             seen.append(tier_call)
         hung, self._hung = self._hung, None
@@ -704,7 +701,7 @@ class Driver:
         }
         return Leftover(
             "; ".join(left), frozenset(roles.get(name, name) for name in full),
-            frozenset(held & self._answered_keys),
+            frozenset(held),
             frozenset().union(*(requests_named(t, self._requests) for t in probes)),
         )
 

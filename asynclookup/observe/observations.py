@@ -231,8 +231,8 @@ class Leftover:
 
     tables: str
     roles: frozenset[str] = frozenset()
-    # keys the probe tables still hold although the tier answered them (the oracle
-    # asks the class about them once more before it calls the leftover a leak)
+    # keys the probe tables still hold (the oracle asks the class about one of them
+    # once more, as a new request, before it calls the leftover a leak)
     stuck: frozenset[bytes] = frozenset()
     # request ids the probe tables still mention, every request being cleaned up
     requests: frozenset[str] = frozenset()

@@ -80,7 +80,7 @@ BUG_KIND: dict[str, str] = {
     _P + "minimal_drain:DrainsOnlyInFlush": "lookup-never-drains",
 }
 
-_PROPERTY_OF_KIND: dict[str, int] = {
+PROPERTY_OF_KIND: dict[str, int] = {
     "flush-no-revalidate": 1,
     "results-by-key": 2,
     "mark-miss-forces-resolved": 3,
@@ -100,7 +100,19 @@ _PROPERTY_OF_KIND: dict[str, int] = {
 # docs/properties.md files these two the other way round from the model checker's side
 # (its predicate for a tier answer is property 7's); a black box shows the worker dying
 # (7) and a verdict that never comes (6).
-BUGGY: dict[str, int] = {path: _PROPERTY_OF_KIND[kind] for path, kind in BUG_KIND.items()}
+BUGGY: dict[str, int] = {path: PROPERTY_OF_KIND[kind] for path, kind in BUG_KIND.items()}
+# Cleanup-bookkeeping bugs are seen from outside by what the entry kept behind does next:
+# before the oracle calls a leftover a leak, it asks about the key once more as a new
+# request (docs/oracle.md, the leak check), and a kept orphan then hands that request its
+# old verdict (property 2: "an orphaned probe's result delivered to a new requester") or,
+# still PENDING, is submitted for its cleaned-up request (property 1).  That safety
+# property, behind the leak, is the one name these copies get on every seed.
+BUGGY.update({
+    _P + "raw_pool:ReleasesOnlyLastRequester": 2,
+    _P + "actor_mailbox:ActorCleanupMissesJoinedKeys": 2,
+    _P + "generation_ledger:LedgerNeverForgets": 2,
+    _P + "per_key_simplequeue:CleanupLeavesPendingOrphans": 1,
+})
 
 _ALSO_OF_KIND: dict[str, tuple[int, ...]] = {
     # properties.md variant table: drain-no-generation-check breaks "2, 3"
@@ -119,7 +131,10 @@ _ALSO_OF_KIND: dict[str, tuple[int, ...]] = {
 }
 
 BUGGY_ALSO: dict[str, tuple[int, ...]] = {
-    path: _ALSO_OF_KIND.get(kind, ()) for path, kind in BUG_KIND.items()
+    path: tuple(dict.fromkeys(
+        p for p in (*_ALSO_OF_KIND.get(kind, ()), PROPERTY_OF_KIND[kind]) if p != BUGGY[path]
+    ))
+    for path, kind in BUG_KIND.items()
 }
 
 HANGS: dict[str, str] = {
