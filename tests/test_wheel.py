@@ -5,7 +5,8 @@ This is what a user of an engine gets from ``pip install``: one namespace,
 the README's taste runs, the README's command lines run from an empty directory
 (the example classes they name ship in ``asynclookup.examples``), and the
 ``asynclookup`` script fuzzes a vLLM-shaped class of the user's own from the
-user's directory.
+user's directory.  Without a C compiler the wheel builds all the same, says it
+will use the pure-Python kernel, and that kernel runs.
 """
 
 from __future__ import annotations
@@ -109,6 +110,34 @@ def test_readme_commands_run_from_an_empty_directory(
     for words, code in lines:
         out = _run([str(python.parent / words[0]), *words[1:]], cwd=empty)
         assert out.returncode == code, (words, out.stdout[-2000:] + out.stderr[-2000:])
+
+
+def test_a_build_without_a_c_compiler_says_so_and_works(tmp_path: Path) -> None:
+    """With no C compiler the wheel still builds, its build output says the pure-Python
+    kernel will be used, and the installed model checker runs on that kernel."""
+    source = tmp_path / "source"  # a clean copy: the checkout's build/ holds a built kernel
+    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv*", "build", "*.egg-info", "*.so", "__pycache__", ".*_cache", ".hypothesis",
+    ))
+    env = {**os.environ, "CC": str(tmp_path / "no-such-cc")}
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path),
+         str(source)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    said = [line for line in (built.stdout + built.stderr).splitlines()
+            if "asynclookup: " in line and "pure-Python kernel" in line]
+    assert len(said) == 1, built.stdout[-3000:]
+    (wheel,) = tmp_path.glob("asynclookup-*.whl")
+    assert not any(n.endswith(".so") for n in zipfile.ZipFile(wheel).namelist())
+    venv.create(tmp_path / "venv", with_pip=True)
+    python = tmp_path / "venv" / "bin" / "python"
+    done = _run([str(python), "-m", "pip", "install", "-q", str(wheel)], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    checked = _run([str(python.parent / "asynclookup"), "model-check", "--keys", "1",
+                    "--requests", "1"], cwd=tmp_path)
+    assert checked.returncode == 0 and "pure-python kernel" in checked.stdout, checked.stdout
 
 
 def test_impl_fuzz_runs_from_the_wheel(installed: tuple[Path, Path, Path]) -> None:
