@@ -530,7 +530,7 @@ class Driver:
         if self.failed or self._answer_unowed():
             return
         waited = time.monotonic() - started
-        record.text += f" (re-asked {reasks} times over {waited:.1f} s)"
+        record.text += f" (re-asked for {self.wait_bound:g} s)"
         alive = self.target.worker_alive()
         self._observe(record, [Overdue(waited, reasks, alive, key, request)])
 

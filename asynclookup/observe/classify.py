@@ -245,17 +245,16 @@ def _overdue(obs: Overdue, states: list[State]) -> tuple[int, str]:
         {(r.key, r.verdict) for s in states for r in s.posted + s.answered}, key=repr
     )
     answered = ", ".join(f"{key!r}: {verdict!r}" for key, verdict in held) or "every call"
-    tries = "1 re-ask" if obs.reasks == 1 else f"{obs.reasks} re-asks"
     if obs.key is not None:
         seen = (
-            f"lookup({obs.key!r}, {obs.request!r}) still returned None after {tries} "
-            f"(drain_results() and the lookup) over {obs.waited:.1f} s"
+            f"lookup({obs.key!r}, {obs.request!r}) still returned None after re-asking "
+            "(drain_results() and the lookup) for the whole bound"
         )
     else:
-        seen = f"the tables still held it after {tries} of drain_results() over {obs.waited:.1f} s"
+        seen = "the tables still held it after re-asking drain_results() for the whole bound"
     return 6, (
-        f"{seen}: the tier answered ({answered}) and no tier call was owed, yet the worker "
-        "never posted its verdict"
+        f"{seen}: its verdict ({answered}) was due, with no tier call owed, yet the worker "
+        "never posted it"
     )
 
 

@@ -27,7 +27,7 @@ from asynclookup.spec.errors import AsyncLookupError
 
 T = TypeVar("T")
 
-CALL_BOUND = 5.0  # seconds one call into the IUT may take before it is reported as hung
+CALL_BOUND = 10.0  # seconds one call into the IUT may take before it is reported as hung
 STACK_FRAMES = 6  # innermost frames shown of each thread's stack
 
 
