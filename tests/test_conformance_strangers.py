@@ -78,4 +78,4 @@ def test_a_call_that_never_returns_is_reported_naming_it(impl: str) -> None:
     assert error is not None and error.violation.number == 6, str(error)
     assert f"{HANGS[impl]}(" in error.violation.detail
     assert "did not return within" in error.violation.detail
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < 90
