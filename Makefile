@@ -51,7 +51,7 @@ typecheck: install
 	$(BIN)/mypy --strict asynclookup docgen tests bench
 
 test: install hypofuzz-env
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2  # pytest-xdist: two workers, the machine's two cores
 	$(MAKE) --no-print-directory typecheck lint
 
 crosshair: install

@@ -19,7 +19,7 @@ from asynclookup.conformance.replay import shrink
 from asynclookup.conformance.targets.adapter import FAULT_KINDS
 from asynclookup.conformance.targets.vllm import impl_spec
 from asynclookup.conformance.testcase import first_violation
-from tests.strangers import BUGGY, CORRECT, HANGS
+from tests.strangers import BUG_KIND, BUGGY, CORRECT, HANGS
 
 EXAMPLES = 60  # per seed, on each correct class
 KILL_EXAMPLES = 300  # at most, per seed, on a one-bug copy
@@ -54,7 +54,12 @@ def test_naming_the_results_table_changes_no_verdict(impl: str, results: str) ->
     assert error is None, str(error)
 
 
-@pytest.mark.parametrize("impl", sorted(BUGGY), ids=lambda p: p.rpartition(":")[2])
+# CI kills one copy of each bug kind; bench/outside.py --zoo strangers kills them all
+# (docs/benchmarks.md has the table).
+ONE_PER_KIND = sorted({kind: path for path, kind in sorted(BUG_KIND.items())}.values())
+
+
+@pytest.mark.parametrize("impl", ONE_PER_KIND, ids=lambda p: p.rpartition(":")[2])
 def test_one_bug_copy_is_named_by_its_own_property(impl: str) -> None:
     """Each one-bug copy is killed, with exactly its property, shrunk to at most 8 calls
     (a later seed is tried only when one survives its examples)."""

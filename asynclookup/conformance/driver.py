@@ -38,7 +38,12 @@ from asynclookup.conformance.targets.adapter import (
     snapshot_of,
     supports_of,
 )
-from asynclookup.conformance.targets.bounded import CALL_BOUND, CallHung, SchedulerThread
+from asynclookup.conformance.targets.bounded import (
+    CALL_BOUND,
+    CONSTRUCT_BOUND,
+    CallHung,
+    SchedulerThread,
+)
 from asynclookup.conformance.targets.load import load_target
 from asynclookup.conformance.targets.tables import requests_named
 from asynclookup.observe.engine import (
@@ -209,6 +214,7 @@ class Driver:
         patient: bool = False,
         wait_bound: float = WAIT_BOUND,
         call_bound: float = CALL_BOUND,
+        construct_bound: float = CONSTRUCT_BOUND,
     ) -> None:
         self.mode = mode
         self.patient = patient  # replays wait a little for tier calls nobody owes
@@ -230,7 +236,7 @@ class Driver:
         self._hung: CallHung | None = None  # the call that did not return, once reported
         self._oracle_threads = set(threading.enumerate())  # the IUT's are the others
         self._pause = threading.Event()  # never set: re-asks wait on it, bounded
-        self.target: Target = self._construct(factory)
+        self.target: Target = self._construct(factory, construct_bound)
         self.supports = supports_of(self.target)  # the optional calls it has
         self.leak_check = snapshot_of(self.target) is not None
 
@@ -583,14 +589,14 @@ class Driver:
 
     # -- plumbing ------------------------------------------------------------------
 
-    def _construct(self, factory: TargetFactory) -> Target:
+    def _construct(self, factory: TargetFactory, construct_bound: float) -> Target:
         """The target, built on the scheduler thread; a constructor that does not return
         is a finding like any other call that does not."""
         try:
-            # the constructor always gets the full bound (threads start, a first GC runs):
-            # a shrink candidate's short bound applies to the calls after it
+            # the constructor gets a bound of its own (threads start, a first GC runs): a
+            # shrink candidate's short bound applies to the calls after it
             bound, self._scheduler.bound = self._scheduler.bound, max(
-                self._scheduler.bound, CALL_BOUND
+                self._scheduler.bound, construct_bound
             )
             try:
                 target: Target = self._scheduler.call(

@@ -31,7 +31,7 @@ from asynclookup.conformance.driver import (
     ShrinkReport,
 )
 from asynclookup.conformance.targets.adapter import Plan
-from asynclookup.conformance.targets.bounded import CALL_BOUND
+from asynclookup.conformance.targets.bounded import CALL_BOUND, CONSTRUCT_BOUND
 
 Step = tuple[str, tuple[Any, ...]]
 QUICK_WAIT = 0.5  # seconds a threaded shrink candidate waits for what the spec owes
@@ -41,11 +41,12 @@ CONFIRMED_AT_MOST = 6  # threaded: shrunk candidates confirmed at the full bound
 def open_replay(
     target: str, *, mode: str = "stepped", tier: str = "memory", strict_efficiency: bool = False,
     wait_bound: float = WAIT_BOUND, call_bound: float = CALL_BOUND,
+    construct_bound: float = CONSTRUCT_BOUND,
 ) -> Driver:
     """A fresh driver for a replay (what replay files call)."""
     return Driver.open(
         target, mode=mode, tier=tier, strict_efficiency=strict_efficiency, patient=True,
-        wait_bound=wait_bound, call_bound=call_bound,
+        wait_bound=wait_bound, call_bound=call_bound, construct_bound=construct_bound,
     )
 
 
