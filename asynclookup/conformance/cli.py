@@ -354,7 +354,11 @@ def _coverage(config: FuzzConfig, stats: Stats) -> str:
     order = ("mark_miss", "mark_present", "after_shutdown")
     shown = [c if c != "after_shutdown" else "calls after shutdown()"
              for c in order if c in stats.not_generated]
-    return f"leak check (properties 4, 5): {leaks}; not generated: {', '.join(shown) or 'nothing'}"
+    posts = "" if tables is None else f"; {tables.post_watch()}"
+    return (
+        f"leak check (properties 4, 5): {leaks}; not generated: "
+        f"{', '.join(shown) or 'nothing'}{posts}"
+    )
 
 
 def _as_json(

@@ -62,6 +62,18 @@ class TablesUsed:
     reason: str | None = None  # why a role has no table, when it has none
     first_verdict: object = None  # what lookup answered for a key never looked up
     cleanup_error: str | None = None  # what cleanup raised, if it did
+    uncountable: str | None = None  # a results table named that is no queue the oracle counts
+
+    def post_watch(self) -> str:
+        """One phrase: how a settle sees the worker post (always a hint, never a verdict)."""
+        if self.results is not None and self.uncountable is None:
+            return f"posts counted on `{self.results.path}` (a hint for settles)"
+        if self.uncountable is not None:
+            return (
+                f"`{self.uncountable}` is no queue the oracle can count, so a settle "
+                "watches the worker thread go idle instead (a hint; the lookups judge)"
+            )
+        return "no results queue found: a settle watches the worker thread go idle (a hint)"
 
     @property
     def leak_check(self) -> bool:
@@ -195,6 +207,7 @@ def _explore_one(
 
 def _explore(manager: Any, shape: Shape, context: Callable[[str], Any], stub: _Stub) -> TablesUsed:
     named: list[Table] = []
+    uncountable: str | None = None
     for role in ROLES:
         path = shape.table(role)
         if not path:
@@ -210,6 +223,8 @@ def _explore(manager: Any, shape: Shape, context: Callable[[str], Any], stub: _S
             ) from None
         except TypeError as exc:
             raise ValueError(f"--tables {role}={path}: {exc}") from None
+        if role == "results" and not is_queue(value):
+            uncountable = path
         named.append(Table(role, path, named=True))
     said = {role for role, _ in shape.tables}
     changed = threading.Condition()
@@ -240,7 +255,7 @@ def _explore(manager: Any, shape: Shape, context: Callable[[str], Any], stub: _S
             "no attribute of the class holds the looked-up key after lookup(): "
             "name its tables with --tables probes=...,index=...,batch=..."
         )
-    return TablesUsed(tables, results, reason, verdict, cleanup_error)
+    return TablesUsed(tables, results, reason, verdict, cleanup_error, uncountable)
 
 
 def _rest_of_life(manager: Any, shape: Shape, context: Callable[[str], Any]) -> str | None:
