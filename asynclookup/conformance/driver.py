@@ -26,6 +26,7 @@ import shutil
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -233,6 +234,8 @@ class Driver:
         self.on_error: Callable[[ConformanceError], None] | None = None  # told before raising
         # every call into the IUT runs on this thread, bounded (``bounded``)
         self._scheduler = SchedulerThread(call_bound)
+        # a driver dropped without close() (a machine's example ends) lets its thread go
+        weakref.finalize(self, self._scheduler.close)
         self._hung: CallHung | None = None  # the call that did not return, once reported
         self._oracle_threads = set(threading.enumerate())  # the IUT's are the others
         self._pause = threading.Event()  # never set: re-asks wait on it, bounded

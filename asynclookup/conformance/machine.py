@@ -262,6 +262,7 @@ def machine_class(
             if "after_shutdown" in d.supports and has_call:
                 after[then]()
             self._collect()
+            d.close()  # shut down already: this only lets its scheduler thread go
             self.driver = self._new_driver()
 
         # -- the worker: stepped, the oracle moves it; threaded, it runs -------------

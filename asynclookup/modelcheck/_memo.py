@@ -115,16 +115,30 @@ def track(state: State) -> tuple[Tracked, set[int]]:
     return _tracked(tuple.__iter__(state), log, COPIED_ALL), log
 
 
-def changed_fields(result: State) -> tuple[tuple[int, Any], ...]:
+def tracked_call(fn: Callable[[State], R], state: State) -> tuple[tuple[int, ...], R]:
+    """``fn(state)`` run on a tracked copy: the fields it read (sorted) and its result,
+    which any state that agrees with ``state`` on those fields also gives."""
+    tracked, log = track(state)
+    result = fn(tracked)
+    return tuple(sorted(log)), result
+
+
+def changed_fields(result: State, source: State | None = None) -> tuple[tuple[int, Any], ...]:
     """The fields of a function's result state that are not copies of its input.
 
-    A plain State (not derived from the tracked input) is computed throughout.
+    A plain State (not derived from the tracked input) is computed throughout,
+    but for the fields that are the very objects of ``source``'s, when the
+    input was a plain ``source`` (a direct call: nothing is memoised, so
+    nothing rests on which fields were read).
     """
     values = tuple.__iter__(result)
     origin = result.__dict__.get("_origin") if isinstance(result, Tracked) else None
-    if origin is None:
+    if origin is not None:
+        return tuple((i, v) for i, (o, v) in enumerate(zip(origin, values, strict=True)) if o != i)
+    if source is None or isinstance(source, Tracked):
         return tuple(enumerate(values))
-    return tuple((i, v) for i, (o, v) in enumerate(zip(origin, values, strict=True)) if o != i)
+    before = tuple.__iter__(source)
+    return tuple((i, v) for i, (v, w) in enumerate(zip(values, before, strict=True)) if v is not w)
 
 
 class Memo(Generic[R]):
@@ -178,9 +192,7 @@ class Memo(Generic[R]):
         if self.stored >= self.LIMIT:  # full: the memory is worth more than this result
             return self._fn(build())
         self.stored += 1
-        tracked, log = track(build())
-        result = self._fn(tracked)
-        reads = tuple(sorted(log))
+        reads, result = tracked_call(self._fn, build())
         known = [p for p in self._patterns if p[2] == reads]
         if known:
             getter, table, _ = known[0]
@@ -203,6 +215,12 @@ class Memo(Generic[R]):
     def compute(self, ids: tuple[int, ...], build: Callable[[], State]) -> R:
         """``fn`` of the state after a lookup missed: a call, and memoised if memoising."""
         return self._fn(build()) if self.direct else self._miss(ids, build)
+
+    @property
+    def store(self) -> list[tuple[Callable[[tuple[int, ...]], Any], dict[Any, R], tuple[int, ...]]]:
+        """The live list of (getter of the read fields' ids, their results, the read
+        field indices) that lookups go through (``memo_find``), most used first."""
+        return self._patterns
 
     @property
     def patterns(self) -> list[tuple[int, ...]]:
@@ -246,6 +264,11 @@ class MemoGroup:
                 if result is _MISS:
                     results[k] = self.memos[k].compute(ids, build)
         return results
+
+    @property
+    def ready(self) -> bool:
+        """Whether every memo has decided whether memoising pays (``Memo.direct``)."""
+        return self._ready
 
     def lookup(self, ids: tuple[int, ...]) -> list[Any]:
         """Each memo's stored result for ``ids``, or ``MISS`` (every one, until the

@@ -71,21 +71,26 @@ class ProbeFirst:
         self._values = values
         self._moves: dict[tuple[int, int, int], bool] = {}
 
-    def __call__(self, ids: Ids, build: Callable[[], Any]) -> tuple[Outcomes] | None:
+    def __call__(self, ids: Ids, build: Callable[[], Any]) -> list[Outcomes] | None:
         """The probe outcomes of a state that holds a batch and has answered nothing,
         if they form a persistent set; None to expand every action."""
         outcomes = self._probe(ids, build)
+        return [outcomes] if self.chooses(ids, outcomes) else None
+
+    def chooses(self, ids: Ids, outcomes: Outcomes) -> bool:
+        """Whether the probe ``outcomes`` of a state that holds a batch and has
+        answered nothing form a persistent set (else every action is expanded)."""
         if not outcomes:
-            return None
+            return False
         for _, new, picks, bad in outcomes:
             if bad:
                 continue  # the search reports this step as a violation
             if picks is None:
-                return None  # a probe step that changes nothing: not the protocol's
+                return False  # a probe step that changes nothing: not the protocol's
             after = apply_picks(ids, new, picks)
             if not self.moves_pairs(ids[P_HELD], after[P_HELD], after[P_ANSWERED]):
-                return None
-        return (outcomes,)
+                return False
+        return True
 
     def moves_pairs(self, held: int, held_after: int, answered_after: int) -> bool:
         """Whether a probe step from ``held`` (nothing answered) to ``held_after``

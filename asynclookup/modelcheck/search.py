@@ -16,14 +16,23 @@ function of the transition table passed in (``asynclookup.spec.core.TRANSITIONS`
 broken variant from ``asynclookup.spec.variants``).  For speed, states are interned
 encodings (``asynclookup.modelcheck._canon``), canonicalised by sound reductions, and every
 function is memoised by the fields it reads (``asynclookup.modelcheck._memo``).
-The visited set stores each state as one packed key (``asynclookup.modelcheck._visited``,
-compiled when built), with parent numbers and successor lists as arrays; with
-``hash_compaction`` it stores 64-bit fingerprints instead (opt-in: a state may
+The visited set and the search graph (``asynclookup.modelcheck._visited``, compiled
+when built) keep each state as one packed key, numbered in the order found, with
+the action that reached it, how many states it reached first (so its parent is
+found by counting) and one successor for the progress check; the compiled table
+also keeps the action families' outcomes (computed here, on a miss) and walks
+them itself, coming back here for new states whose checks it cannot settle.
+With ``hash_compaction`` it stores 64-bit fingerprints instead (opt-in: a state may
 be missed, with the probability ``CheckResult.missed_state_bound`` bounds).  Traces are
 rebuilt at the end by replaying concrete steps from ``INITIAL``
 (``asynclookup.modelcheck._counterexample``), so a counterexample is a real run of the table,
 shortest because the search is breadth-first and the reductions preserve
 distances.  The reductions default to ``default_reductions(table)``.
+
+``CheckResult`` carries the search's figures: ``states``, ``transitions``,
+``seconds`` (wall) and ``cpu_seconds``, ``states_per_second`` and
+``states_per_cpu_second``, ``bytes_per_state`` (visited set and search graph)
+and ``memo_bytes`` (the compiled memo, shared by all states).
 
 What it does not do: print (see ``asynclookup.modelcheck.report``), or check unbounded runs.
 """
@@ -48,10 +57,14 @@ from asynclookup.modelcheck._canon import (
     picks_of,
 )
 from asynclookup.modelcheck._counterexample import CRASH, PROGRESS, Replay, TraceStep, Violation
-from asynclookup.modelcheck._memo import MISS, Memo, MemoGroup, changed_fields
+from asynclookup.modelcheck._memo import MISS, Memo, MemoGroup, changed_fields, tracked_call
 from asynclookup.modelcheck._persistent import ProbeFirst
 from asynclookup.modelcheck._visited import (
+    BAD,
     IMPLEMENTATION,
+    PyWalk,
+    TableLike,
+    WalkLike,
     fingerprint,
     kernel,
     missed_state_bound,
@@ -172,14 +185,27 @@ class CheckResult:
     states_list: list[State] | None = None  # representatives, if kept
     hash_compaction: bool = False  # 64-bit fingerprints stored instead of states
     visited_bytes: int = 0  # bytes the visited set allocated
-    search_bytes: int = 0  # bytes of the other per-state arrays (parents, edges, flags)
+    search_bytes: int = 0  # bytes of the per-state arrays (action, children, successor, flags)
     visited_impl: str = IMPLEMENTATION  # compiled or pure-python
     key_bytes: int = 0  # bytes of a packed state key (18, or 32 once an id outgrew 2 bytes)
+    stored_key_bytes: int = 0  # bytes the visited set stores per key (compiled: bit-packed ids)
+    memo_bytes: int = 0  # bytes of the compiled memo of the families' outcomes (not per state)
+    cpu_seconds: float = 0.0  # CPU time of the search (this process's, all threads)
 
     @property
     def bytes_per_state(self) -> float:
-        """What the search stored per distinct state: visited set, parents, edges, flags."""
+        """What the search stored per distinct state: visited set, its search graph, flags."""
         return (self.visited_bytes + self.search_bytes) / self.states if self.states else 0.0
+
+    @property
+    def states_per_second(self) -> float:
+        """Distinct states per second of wall-clock time."""
+        return self.states / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def states_per_cpu_second(self) -> float:
+        """Distinct states per second of CPU time."""
+        return self.states / self.cpu_seconds if self.cpu_seconds > 0 else 0.0
 
     @property
     def missed_state_bound(self) -> float | None:
@@ -303,14 +329,20 @@ class _Search:
         self.result = CheckResult(bounds, reductions, hash_compaction=compact)
         self.memoised = memoised
         numbered = list(enumerate(self.universe))
-        self.families = [
-            self._memo(self._family([(n, a) for n, a in numbered if type(a) in kinds]), True)
-            for kinds in FAMILIES
+        # Each family's outcomes: memoised by the compiled table (``compute`` on a
+        # miss), else by Python's memos (``families``; ``_lists``).
+        self.family_fns = [
+            self._family([(n, a) for n, a in numbered if type(a) in kinds]) for kinds in FAMILIES
         ]
+        self.families = [self._memo(fn, True) for fn in self.family_fns]
         self.all_families = self._group(self.families)
+        self.every_family = (1 << len(FAMILIES)) - 1
+        self.probe_family = FAMILIES.index((ProbeGroup,))
         self.no_edge = {n for n, a in numbered if isinstance(a, Shutdown)}
-        self._persistent = ProbeFirst(self.families[FAMILIES.index((ProbeGroup,))],
-                                      self.space.values)
+        # With hash compaction, the successor lists for the progress check.
+        self.edges, self.edge_start = array("i"), array("I", [0])
+        self.successor_set: set[int] = set()
+        self._persistent = ProbeFirst(self.families[self.probe_family], self.space.values)
         self.invariants = [
             (p, self._memo(p.state))
             for p in _STATE_PROPS
@@ -321,24 +353,25 @@ class _Search:
         self.goals_left = list(self.goals)  # those not reached yet
         # The invariants and quiescence of a new state, looked up at once.
         on_admit = [m for _, m in self.invariants] + [self.quiet]
+        group = MemoGroup(on_admit)
         self.admit_lookup: Callable[[Ids], list[Any]] = (
-            MemoGroup(on_admit).lookup if memoised  # type: ignore[arg-type]
-            else lambda ids: [MISS] * len(on_admit)
+            group.lookup if memoised else lambda ids: [MISS] * len(on_admit)
         )
+        self.admit_ready: Callable[[], bool] = lambda: group.ready or not memoised
+        # The invariants called directly (once the memos have decided): (index, predicate).
+        self.direct_checks: tuple[tuple[int, Callable[[State], Any]], ...] = ()
+        # Hands admission over to the compiled walk, once (see ``_walker``).
+        self.admit_in_kernel: Callable[[], None] | None = None
 
-    def _group(
-        self, memos: list[Callable[[Ids, Callable[[], State]], Any]]
-    ) -> Callable[[Ids, Callable[[], State]], list[Any]]:
+    def _group(self, memos: list[Memo[Any]]) -> Callable[[Ids, Callable[[], State]], list[Any]]:
         if self.memoised:
-            return MemoGroup(memos)  # type: ignore[arg-type]
+            return MemoGroup(memos)
         return lambda ids, build: [m(ids, build) for m in memos]
 
-    def _memo(
-        self, fn: Callable[[State], Any], always: bool = False
-    ) -> Callable[[Ids, Callable[[], State]], Any]:
-        if self.memoised:
-            return Memo(fn, always)
-        return lambda ids, build: fn(build())
+    def _memo(self, fn: Callable[[State], Any], always: bool = False) -> Memo[Any]:
+        memo = Memo(fn, always)
+        memo.direct = not self.memoised  # memoised=False: every function is called directly
+        return memo
 
     def _family(self, actions: list[tuple[int, Action]]) -> Callable[[State], tuple[Outcome, ...]]:
         """One memoisable function: every outcome of the actions of one type."""
@@ -363,7 +396,7 @@ class _Search:
                 except Exception as exc:  # a crash of the table is itself a violation
                     found.append((number, (), None, (f"{CRASH}: {type(exc).__name__}: {exc}",)))
                     continue
-                changed = changed_fields(after)
+                changed = changed_fields(after, before)
                 new = tuple(intern(f, v) for f, v in changed)
                 picks = picks_of(tuple(f for f, _ in changed)) if changed else None
                 found.append((number, new, picks, bad))
@@ -373,41 +406,78 @@ class _Search:
 
     # -- the breadth-first search ----------------------------------------------------
 
+    def _walker(self, visited: TableLike, graph: list[tuple[int, Action, int]]) -> WalkLike:
+        """The compiled table memoises the families' outcomes and walks its own
+        states; a kept graph, fingerprints (which keep every state's successors),
+        the functions called directly (``memoised=False``) and the pure-Python
+        kernel take the Python walk over Python's memos."""
+        space = self.space
+        no_edge = bytes(n in self.no_edge for n in range(len(self.universe)))
+        on_edge: Callable[[int, int, int], None] | None = None
+        if self.keep:
+            universe = self.universe
+
+            def on_edge(i: int, number: int, j: int) -> None:
+                graph.append((i, universe[number], j))
+
+        elif self.compact:
+            successors, no_edges = self.successor_set, self.no_edge
+
+            def on_edge(i: int, number: int, j: int) -> None:
+                if j != i and number not in no_edges:
+                    successors.add(j)
+
+        if (on_edge is None and self.memoised and kernel is not None
+                and isinstance(visited, kernel.Table)):
+            compiled: Any = visited
+            self.admit_in_kernel = self._admit_in_kernel
+            if space.quick is not None:
+                compiled.set_canonical(*space.tables())
+            compiled.set_search(len(FAMILIES), self._compute, space.canonical, no_edge)
+            walker: WalkLike = compiled
+            return walker
+        return PyWalk(visited, space.canonical, no_edge, self._lists, on_edge)
+
+    def _compute(self, family: int, ids: Ids) -> tuple[tuple[int, ...], tuple[Outcome, ...]]:
+        """The outcomes of a family for the state of ``ids``, and the fields it read
+        (for the compiled table's memo)."""
+        return tracked_call(self.family_fns[family], self.space.state_of(ids))
+
+    def _lists(self, ids: Ids, families: int) -> list[Any]:
+        """The outcomes of the families whose bits are set, by Python's memos."""
+        build = _Lazy(self.space.state_of, ids)
+        if families == self.every_family:
+            return self.all_families(ids, build)
+        return [m(ids, build) for f, m in enumerate(self.families) if families >> f & 1]
+
     def run(
         self, max_states: int | None, max_seconds: float | None, on_progress: ProgressFn | None
     ) -> CheckResult:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         space, result = self.space, self.result
-        pack, unpack = space.packer.pack, space.packer.unpack
         visited = self.visited = Visited(space.packer.size, self.compact, space.layout)
-        first = pack(*space.canonical_of(INITIAL))
-        visited.add(first)
-        # Keys not yet expanded, from index ``base`` on: with hash compaction the
-        # visited set keeps fingerprints only, so the frontier keeps the states.
-        pending, base, compact = [first], 0, self.compact
-        self.parent, self.via = array("i", [-1]), array("H", [0])
-        self.flags = bytearray()  # per state: _QUIESCENT, _STOPPED
-        self.edges, self.edge_start = array("i"), array("I", [0])
-        reached = {name: False for name, _ in self.goals}
         graph: list[tuple[int, Action, int]] = []
+        walker = self.walker = self._walker(visited, graph)
+        first = space.canonical_of(INITIAL)
+        visited.add_ids(first)
+        # With hash compaction the visited set keeps fingerprints only, so the
+        # frontier keeps the packed keys of the states not yet expanded, from ``base`` on,
+        # and the successor lists are kept for the progress check.
+        pending, base, compact = [space.pack(first)], 0, self.compact
+        self.flags = bytearray()  # per state: _QUIESCENT, _STOPPED
+        reached = {name: False for name, _ in self.goals}
         if self._admit(0, first, reached):
-            return self._finish(started, reached)
-        i, level_end, depth, transitions, reported = 0, 1, 0, 0, 0.0
-        families, no_edge = self.all_families, self.no_edge
+            return self._finish(started, cpu, reached)
+        i, level_end, depth, reported = 0, 1, 0, 0.0
+        every, probe = self.every_family, self.probe_family
         por = space.reductions.persistent
         no_answers, no_held = space.intern(P_ANSWERED, ()), space.intern(P_HELD, ())
-        persistent = self._persistent
-        state_of, keep = space.state_of, self.keep
-        canonical, admit = space.canonical, self._admit
-        add_ids, find_ids, key_of = visited.add_ids, visited.find_ids, visited.key
-        reach: Any = None  # the compiled Table.reach and last_key, if built
-        last_key: Any = None
-        if kernel is not None and isinstance(visited, kernel.Table) and space.quick is not None:
-            compiled: Any = visited
-            compiled.set_canonical(*space.tables())
-            reach, last_key = compiled.reach, compiled.last_key
-        parent_of, via_of = self.parent.append, self.via.append
-        edges, edge_start = self.edges.extend, self.edge_start.append
+        chooses, successor_set = self._persistent.chooses, self.successor_set
+        state_of, unpack, pack = space.state_of, space.unpack, space.pack
+        admit, ids_of = self._admit, visited.ids
+        expand, resume, last_ids = walker.expand, walker.resume, walker.last_ids
+        outcomes, outcomes_key = walker.outcomes, walker.outcomes_key
+        persistent_by_key: dict[tuple[int, int], bool] = {}  # (outcomes' key, held): chosen
         while i < len(visited):
             if i == level_end:
                 depth, level_end = depth + 1, len(visited)
@@ -423,117 +493,135 @@ class _Search:
                     max_seconds is not None and elapsed >= max_seconds
                 ):
                     break
-            ids = unpack(pending[i - base] if compact else key_of(i))
-            build = _Lazy(state_of, ids)
-            successors: set[int] = set()
-            chosen = None
+            ids = unpack(pending[i - base]) if compact else ids_of(i)
+            families = every  # or the probe steps alone, where they are a persistent set
             if por and ids[P_ANSWERED] == no_answers and ids[P_HELD] != no_held:
-                chosen = persistent(ids, build)
-            for outcomes in chosen or families(ids, build):
-                for number, new, picks, bad in outcomes:
-                    transitions += 1
-                    if bad:
-                        target = ids if picks is None else apply_picks(ids, new, picks)
-                        result.depth, result.transitions = depth, transitions
-                        self._violation_at_step(i, number, canonical(target), bad[0])
-                        return self._finish(started, reached)
-                    if picks is None:
-                        j = i
-                    elif reach is not None:  # the compiled kernel: one call
-                        found = reach(ids, new, picks)
-                        if found is None:  # an orbit not met yet: Python fills it in
-                            j, packed = add_ids(canonical(apply_picks(ids, new, picks)))
-                        else:
-                            j = found
-                            if j < 0:
-                                packed = last_key()
-                    else:
-                        target = apply_picks(ids, new, picks)
-                        # A visited encoding is canonical already (canonical is idempotent).
-                        j = find_ids(target)
-                        if j < 0:
-                            j, packed = add_ids(canonical(target))
-                    if j < 0:  # a new state
-                        j = -1 - j
-                        if compact:
-                            pending.append(packed)
-                        parent_of(i)
-                        via_of(number)
-                        if admit(j, packed, reached):
-                            result.depth, result.transitions = depth + 1, transitions
-                            return self._finish(started, reached)
-                    if keep:
-                        graph.append((i, self.universe[number], j))
-                    if j != i and number not in no_edge:
-                        successors.add(j)
-            edges(successors)
-            edge_start(len(self.edges))
+                key = outcomes_key(probe, ids)
+                if key is None:
+                    chosen: bool | None = chooses(ids, outcomes(probe, ids))
+                else:  # the same outcomes from the same held: the same choice
+                    chosen = persistent_by_key.get((key, ids[P_HELD]))
+                    if chosen is None:
+                        chosen = persistent_by_key[key, ids[P_HELD]] = chooses(
+                            ids, outcomes(probe, ids))
+                if chosen:
+                    families = 1 << probe
+            found = expand(i, ids, families)
+            while found >= 0:  # a new state
+                new_ids = last_ids()
+                if compact:
+                    pending.append(pack(new_ids))
+                if admit(found, new_ids, reached):
+                    result.depth, result.transitions = depth + 1, walker.transitions
+                    return self._finish(started, cpu, reached)
+                found = resume()
+            if found == BAD:  # a step broke a step property (or the table raised)
+                number, new, picks, bad = walker.outcome()
+                target = ids if picks is None else apply_picks(ids, new, picks)
+                result.depth, result.transitions = depth, walker.transitions
+                self._violation_at_step(i, number, space.canonical(target), bad[0])
+                return self._finish(started, cpu, reached)
+            if compact:
+                self.edges.extend(successor_set)
+                self.edge_start.append(len(self.edges))
+                successor_set.clear()
             i += 1
-        result.depth, result.transitions = depth, transitions
+        result.depth, result.transitions = depth, walker.transitions
         result.fixpoint = i == len(visited)
         if self.keep:
             result.graph = graph
-            result.states_list = [state_of(unpack(key_of(k))) for k in range(len(visited))]
+            result.states_list = [state_of(ids_of(k)) for k in range(len(visited))]
         if result.fixpoint and self.progress:
             self._check_progress()
-        return self._finish(started, reached)
+        return self._finish(started, cpu, reached)
 
-    def _admit(self, j: int, packed: bytes, reached: dict[str, bool]) -> bool:
-        """Check the newly reached state ``j`` (key ``packed``); True if it breaks an invariant."""
-        ids = self.space.unpack(packed)
-        build = _Lazy(self.space.state_of, ids)
-        found = self.admit_lookup(ids)
-        for (prop, memo), held in zip(self.invariants, found, strict=False):
-            if held is MISS:  # computed in order: a broken invariant stops the others
-                held = memo(ids, build)
-            if not held:
-                self._record(prop.name, self._path_to(j), None)
-                return True
-        quiet = found[-1]
-        if quiet is MISS:
-            quiet = self.quiet(ids, build)
-        stopped = self.space.values[_P_STOPPED][ids[_P_STOPPED]]
-        self.flags.append((_QUIESCENT if quiet else 0) | (_STOPPED if stopped else 0))
+    def _admit(self, j: int, ids: Ids, reached: dict[str, bool]) -> bool:
+        """Check the newly reached state ``j`` (field ids ``ids``); True if it breaks an
+        invariant."""
+        # Built at once: the invariants that read nearly every field are called directly.
+        state = self.space.state_of(ids)
+        found = self.admit_lookup(ids)  # per invariant, then quiescence: stored, or MISS
+        for k, fn in self.direct_checks:
+            found[k] = fn(state)
+        if MISS in found or False in found[:-1]:  # after the memos have decided, seldom
+            build = itertools.repeat(state).__next__
+            for k, ((prop, memo), held) in enumerate(zip(self.invariants, found, strict=False)):
+                if held is MISS:  # computed in order: a broken invariant stops the others
+                    held = found[k] = memo(ids, build)
+                if not held:
+                    self._record(prop.name, self._path_to(j), None)
+                    return True
+            if found[-1] is MISS:
+                found[-1] = self.quiet(ids, build)
+            if self.direct_checks == () and self.admit_ready():
+                self.direct_checks = tuple(
+                    (k, prop.state) for k, (prop, memo) in enumerate(self.invariants)
+                    if memo.direct and prop.state is not None
+                )
+        self.flags.append((_QUIESCENT if found[-1] else 0) | (_STOPPED if state.stopped else 0))
         if self.goals_left:
+            build = itertools.repeat(state).__next__
             for name, memo in self.goals_left:
                 if memo(ids, build):
                     reached[name] = True
             self.goals_left = [(n, m) for n, m in self.goals_left if not reached[n]]
+        if not self.goals_left and self.admit_in_kernel is not None and self.admit_ready():
+            self.admit_in_kernel()
         return False
 
-    def _finish(self, started: float, reached: dict[str, bool]) -> CheckResult:
+    def _admit_in_kernel(self) -> None:
+        """From now on the compiled walk admits the new states whose checks it can
+        settle (stored memo results, direct predicate calls), as ``_admit`` would."""
+        checks: list[tuple[Any, Any]] = [
+            (None, prop.state) if memo.direct else (memo.store, None)
+            for prop, memo in self.invariants
+        ]
+        checks.append((None, quiescent) if self.quiet.direct else (self.quiet.store, None))
+        walker: Any = self.walker
+        walker.set_admission(self.space.values, State, State._fields.index("stopped"), checks,
+                             MISS, self.flags)
+        self.admit_in_kernel = None
+
+    def _finish(self, started: float, cpu: float, reached: dict[str, bool]) -> CheckResult:
         result = self.result
         result.states = len(self.visited)
         result.sometimes = reached
         result.seconds = time.perf_counter() - started
+        result.cpu_seconds = time.process_time() - cpu
         result.visited_bytes = self.visited.nbytes
         result.key_bytes = self.space.packer.size
-        arrays = (self.parent, self.via, self.edges, self.edge_start)
-        result.search_bytes = sum(a.buffer_info()[1] * a.itemsize for a in arrays)
-        result.search_bytes += len(self.flags)
+        result.stored_key_bytes = self.visited.stored_bytes
+        arrays = (self.edges, self.edge_start)
+        result.search_bytes = self.walker.graph_nbytes + len(self.flags)
+        result.search_bytes += sum(a.buffer_info()[1] * a.itemsize for a in arrays)
+        result.memo_bytes = getattr(self.walker, "memo_nbytes", 0)
         return result
 
     # -- progress ----------------------------------------------------------------
 
     def _check_progress(self) -> None:
-        """Which states reach a quiescent state over non-shutdown steps: sweeps over
-        the states not yet marked, each marking a state one of whose successors
-        is marked, until a sweep marks none (the least fixpoint).
+        """Which states reach a quiescent state over non-shutdown steps.
 
-        After sweep k every state within k steps of quiescence is marked, so
-        there are at most the longest such distance plus one sweeps; a sweep
-        stops at a state's first marked successor and needs no reverse graph.
+        First along the one successor the walk kept per state (``settle``): a
+        state whose chain of kept successors reaches a quiescent state does.
+        The others (none at the spec's bounds but the states that are stuck)
+        are decided from their full successor lists, recomputed (or, with
+        fingerprints, kept), by sweeps over the states not yet marked, each
+        marking a state one of whose successors is marked, until a sweep marks
+        none (the least fixpoint).  After sweep k every state within k steps of
+        a marked one is marked, so there are at most the longest such distance
+        plus one sweeps.
         """
-        edges, start, flags = self.edges, self.edge_start, self.flags
+        flags = self.flags
         good = flags.translate(_QUIESCENT_BIT)
-        left = array("i", (s for s in range(len(flags) - 1, -1, -1) if not good[s]))
+        others = self.walker.settle(good)
+        successors = {s: self._successors(s) for s in others}
+        left = others[::-1]
         while left:
-            unmarked = array("i")
+            unmarked = []
             for s in left:
-                for e in range(start[s], start[s + 1]):
-                    if good[edges[e]]:
-                        good[s] = 1
-                        break
+                if any(good[j] for j in successors[s]):
+                    good[s] = 1
                 else:
                     unmarked.append(s)
             if len(unmarked) == len(left):
@@ -544,23 +632,32 @@ class _Search:
         if stuck:
             self._record(PROGRESS, self._path_to(stuck[0]), None)
 
+    def _successors(self, s: int) -> list[int]:
+        """The successors of state ``s`` that count for progress (not itself, not by
+        shutdown): kept (with fingerprints), else the steps the search took, again."""
+        if self.compact:
+            return list(self.edges[self.edge_start[s]: self.edge_start[s + 1]])
+        space, walker, probe = self.space, self.walker, self.probe_family
+        ids = self.visited.ids(s)
+        families = self.every_family
+        if (space.reductions.persistent and ids[P_ANSWERED] == space.intern(P_ANSWERED, ())
+                and ids[P_HELD] != space.intern(P_HELD, ())
+                and self._persistent.chooses(ids, walker.outcomes(probe, ids))):
+            families = 1 << probe
+        return walker.successors(s, ids, families)
+
     # -- counterexamples -------------------------------------------------------------
 
     def _target(self, j: int) -> Ids:
         """What a replayed step must reach to be state ``j``: its canonical ids,
         or with hash compaction its fingerprint (as a 1-tuple)."""
-        key = self.visited.key(j)
         if self.compact:
-            return (int.from_bytes(key, "little"),)
-        return self.space.unpack(key)
+            return (int.from_bytes(self.visited.key(j), "little"),)
+        return self.visited.ids(j)
 
     def _path_to(self, j: int) -> list[tuple[Ids, int]]:
         """(target, action number) pairs leading from INITIAL to state ``j``."""
-        path = []
-        while self.parent[j] >= 0:
-            path.append((self._target(j), self.via[j]))
-            j = self.parent[j]
-        return path[::-1]
+        return [(self._target(s), number) for s, number in self.walker.path(j)]
 
     def _violation_at_step(self, i: int, number: int, target: Ids, name: str) -> None:
         if self.compact:
@@ -579,7 +676,6 @@ class _Search:
         self.result.violation = replay.violation(name, path, last)
 
 
-_P_STOPPED = State._fields.index("stopped")
 _QUIESCENT, _STOPPED = 1, 2
 _QUIESCENT_BIT = bytes(b & _QUIESCENT for b in range(256))
 

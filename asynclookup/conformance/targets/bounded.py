@@ -64,6 +64,7 @@ class SchedulerThread:
     def __init__(self, bound: float = CALL_BOUND, name: str = "asynclookup-scheduler") -> None:
         self.bound = bound
         self.hung: CallHung | None = None  # once a call hung, nothing more is run
+        self._closed = False
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
@@ -97,10 +98,13 @@ class SchedulerThread:
         return value
 
     def close(self) -> None:
-        """Let the thread end (unless a call hung: then it never will, and it is a daemon)."""
-        if self.hung is None:
+        """Let the thread end (unless a call hung: then it never will, and it is a daemon).
+        Idempotent; it does not wait for the thread when called from it."""
+        if self.hung is None and not self._closed:
+            self._closed = True
             self._jobs.put(None)
-            self._thread.join(self.bound)
+            if threading.current_thread() is not self._thread:
+                self._thread.join(self.bound)
 
     def _serve(self) -> None:
         while True:
