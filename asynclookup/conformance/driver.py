@@ -495,14 +495,13 @@ class Driver:
         left = self._leftovers()
         if left is None:
             return
-        stuck = left.stuck
-        if not stuck or self._asking_again:
+        if not left.held or self._asking_again:
             self._feed([left])
             return
         quiescent = copy.deepcopy(self.checker, {id(self.checker.table): self.checker.table})
         self._asking_again = True
         try:
-            self.lookup(min(stuck), ASKED_AGAIN)
+            self.lookup(min(left.held), ASKED_AGAIN)
             self.flush()
             if self.mode == "threaded":
                 self.answer(PROPER)

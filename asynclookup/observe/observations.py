@@ -233,7 +233,7 @@ class Leftover:
     roles: frozenset[str] = frozenset()
     # keys the probe tables still hold (the oracle asks the class about one of them
     # once more, as a new request, before it calls the leftover a leak)
-    stuck: frozenset[bytes] = frozenset()
+    held: frozenset[bytes] = frozenset()
     # request ids the probe tables still mention, every request being cleaned up
     requests: frozenset[str] = frozenset()
 
