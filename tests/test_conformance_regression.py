@@ -178,7 +178,7 @@ def test_the_file_reads_as_named_steps_with_what_the_spec_allows(
     test = text[text.index("\ndef test_"):text.index("# -- the harness")]
     assert f"def test_{pair.module.split('_')[0]}" in test
     assert f"keeps_property_{pair.number}()" in test
-    assert "# Step 1: lookup(" in test and "protocol allows" in test
+    assert "# Step 1: " in test and "run.lookup(" in test and "protocol allows" in test
     assert f"This is where {pair.cls} broke property {pair.number} " in test
     module_doc = ast.get_docstring(ast.parse(text)) or ""
     assert text.count("asynclookup") == module_doc.count("asynclookup") == 1
