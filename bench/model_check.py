@@ -12,7 +12,10 @@ the state count without it.
 The "-pure" rows run with ``ASYNCLOOKUP_PURE_PYTHON=1`` (the pure-Python
 kernel, not the compiled one); the "-hc" rows store 64-bit fingerprints
 (``--hash-compaction``).  The bytes-per-state column is what the search stored
-per distinct state (visited set, parents, edges, flags; not the memo tables).
+per distinct state (visited set and search graph; not the memo tables, whose
+compiled part is the "memo MB" column); CPU is the search process's, peak MB
+its maximum RSS.  ``--bounds KxR`` runs keys x requests with the default other
+bounds (``--bounds 2x3`` is the "2x3" row).
 
 ``--old TREE`` runs each configuration in another tree too (an older commit
 extracted with ``git archive``), at the same time as this tree's run, one
@@ -21,6 +24,7 @@ configuration the old tree has no flag for runs in this tree only.
 
     .venv/bin/python bench/model_check.py                 # the default set
     .venv/bin/python bench/model_check.py --runs 3 2x2    # one configuration
+    .venv/bin/python bench/model_check.py --runs 1 --bounds 2x3
     mkdir /tmp/mc_prev && git archive c45d468 | tar -x -C /tmp/mc_prev
     .venv/bin/python bench/model_check.py --runs 1 --old /tmp/mc_prev 2x2 2x2-no-por
 
@@ -77,6 +81,7 @@ print(json.dumps({
     "fixpoint": r.fixpoint, "holds": r.holds, "seconds": r.seconds, "cpu": cpu,
     "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     "bytes_per_state": getattr(r, "bytes_per_state", None),
+    "memo_mb": getattr(r, "memo_bytes", 0) / 1e6,
     "kernel": getattr(r, "visited_impl", "pure-python"),
     "missed": getattr(r, "missed_state_bound", None),
 }))
@@ -129,23 +134,39 @@ def run_once(flags: list[str], old: Path | None = None) -> tuple[dict[str, Any],
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("configs", nargs="*", metavar="CONFIG",
+                        help=f"one of {', '.join(CONFIGS)} (default: all, unless --bounds)")
+    parser.add_argument("--bounds", action="append", default=[], metavar="KxR",
+                        type=_bounds, help="keys x requests, other bounds the defaults")
     parser.add_argument("--runs", type=int, default=3, help="repetitions (medians reported)")
     parser.add_argument("--old", type=Path, metavar="TREE",
                         help="also run each configuration in this checkout, side by side")
     args = parser.parse_args(argv)
+    unknown = [name for name in args.configs if name not in CONFIGS]
+    if unknown:
+        parser.error(f"unknown configuration {unknown[0]!r}: choose from {', '.join(CONFIGS)}")
+    configs = {name: CONFIGS[name] for name in args.configs or ([] if args.bounds else CONFIGS)}
+    configs.update((f"{k}x{r}", ["--keys", str(k), "--requests", str(r)]) for k, r in args.bounds)
     if args.old is not None and not (args.old / "asynclookup" / "modelcheck").is_dir():
         parser.error(f"--old: {args.old} is not a checkout of this repository")
     print("| bounds | tree | kernel | runs | states | transitions | depth | fixpoint | holds "
-          "| wall s | CPU s | states/s (CPU) | peak MB | bytes/state |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name in args.configs:
-        pairs = [run_once(CONFIGS[name], args.old) for _ in range(args.runs)]
+          "| wall s | CPU s | states/s (CPU) | peak MB | bytes/state | memo MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, flags in configs.items():
+        pairs = [run_once(flags, args.old) for _ in range(args.runs)]
         for column, tree in enumerate(("new", "old")):
             runs = [pair[column] for pair in pairs if len(pair) > column]
             if runs:
                 print(_row(name, tree if args.old else "this", runs), flush=True)
     return 0
+
+
+def _bounds(text: str) -> tuple[int, int]:
+    """``KxR``: keys and requests."""
+    keys, sep, requests = text.lower().partition("x")
+    if not sep or not keys.isdigit() or not requests.isdigit():
+        raise argparse.ArgumentTypeError(f"want KxR (keys x requests), got {text!r}")
+    return int(keys), int(requests)
 
 
 def _row(name: str, tree: str, runs: list[dict[str, Any]]) -> str:
@@ -161,7 +182,8 @@ def _row(name: str, tree: str, runs: list[dict[str, Any]]) -> str:
         f"| {first['states']:,} | {first['transitions']:,} | {first['depth']} "
         f"| {bool(first['fixpoint'])} | {bool(first['holds'])} | {median('seconds'):.1f} "
         f"| {median('cpu'):.1f} | {median('states') / median('cpu'):,.0f} "
-        f"| {median('peak_mb'):,.0f} | {'-' if per_state is None else f'{per_state:.0f}'} |"
+        f"| {median('peak_mb'):,.0f} | {'-' if per_state is None else f'{per_state:.0f}'} "
+        f"| {first.get('memo_mb', 0):,.0f} |"
         + ("" if missed is None else f" P(missed state) <= {missed:.1e}")
     )
 

@@ -119,6 +119,26 @@ def test_persistent_sets_pinned() -> None:
     ]
 
 
+@pytest.mark.slow
+def test_two_keys_two_requests_pinned() -> None:
+    """2 keys x 2 requests: 978,188 states, 9,384,226 transitions, depth 32, every property
+    holding (~25 s and ~70 MB with the compiled kernel)."""
+    r = check(Bounds(keys=2, requests=2))
+    assert r.holds and r.stuck == 0 and all(r.sometimes.values())
+    assert (r.states, r.transitions, r.depth) == (978188, 9384226, 32)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("ASYNCLOOKUP_MODEL_CHECK_2X3"),
+                    reason="~2 minutes and ~330 MB: set ASYNCLOOKUP_MODEL_CHECK_2X3=1")
+def test_two_keys_three_requests_pinned() -> None:
+    """2 keys x 3 requests (issue 23's bound): 9,109,003 states, 100,655,079 transitions,
+    depth 34, every property holding."""
+    r = check(Bounds(keys=2, requests=3))
+    assert r.holds and r.stuck == 0 and all(r.sometimes.values())
+    assert (r.states, r.transitions, r.depth) == (9109003, 100655079, 34)
+
+
 def test_one_key_two_requests_reaches_every_goal(one_key_two_requests: CheckResult) -> None:
     """Every SOMETIMES goal is reached with two requests, so the search is not vacuous."""
     assert all(one_key_two_requests.sometimes.values())
