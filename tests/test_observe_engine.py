@@ -154,7 +154,7 @@ def test_overdue_post_after_the_bound_is_property_6() -> None:
         LookupSeen(K0, "A", None), FlushSeen(), TierCallSeen((K0,), "A", TRUE), DrainSeen(),
         LookupSeen(K0, "A", None),
     ]
-    violation = first_violation([*base, Overdue(3.0, 12, True, K0, "A")], threaded=True)
+    violation = first_violation([*base, Overdue(True, K0, "A")], threaded=True)
     assert violation.number == 6
     assert "after re-asking" in violation.detail
 
@@ -164,7 +164,7 @@ def test_overdue_with_a_batch_still_being_probed_is_no_violation() -> None:
     feed(
         [LookupSeen(K0, "A", None), LookupSeen(K1, "B", None), FlushSeen(),
          TierCallSeen((K0,), "A", TRUE), DrainSeen(), LookupSeen(K0, "A", None),
-         Overdue(3.0, 12, True, K0, "A")],
+         Overdue(True, K0, "A")],
         threaded=True,
     )
 

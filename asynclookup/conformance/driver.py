@@ -524,10 +524,7 @@ class Driver:
         self.tier.release()  # a wait: the worker gets its held answers
         deadline = time.monotonic() + self.wait_bound
         pause, longest = REASK_PAUSES
-        reasks = 0
-        started = time.monotonic()
         while not self.failed:
-            reasks += 1
             if reask():
                 return
             remaining = deadline - time.monotonic()
@@ -537,10 +534,9 @@ class Driver:
             pause = min(2 * pause, longest)
         if self.failed or self._answer_unowed():
             return
-        waited = time.monotonic() - started
         record.text += f" (re-asked for {self.wait_bound:g} s)"
         alive = self.target.worker_alive()
-        self._observe(record, [Overdue(waited, reasks, alive, key, request)])
+        self._observe(record, [Overdue(alive, key, request)])
 
     def _answer_unowed(self) -> bool:
         """A tier call the spec does not owe is waiting: answer it and record it, so the

@@ -180,16 +180,14 @@ class Overdue:
 
     The oracle cannot see a black box's worker post.  It reports this only after
     a bounded *eventually*: every tier call the spec owed was answered, and for
-    ``waited`` seconds re-asks (``drain_results()`` and a repeat ``lookup`` of
+    the whole wait bound re-asks (``drain_results()`` and a repeat ``lookup`` of
     ``key`` by ``request``, which the protocol makes harmless) kept showing no
     post.  From then on the states in which the worker still holds answered
     results it owes a post of, or posted them only after the last re-ask's
-    drain, are excluded.  ``reasks``: how many re-asks
-    were made; ``key``/``request``: None when the re-ask read the IUT's tables.
+    drain, are excluded.  ``key``/``request``: None when the re-asks read the
+    IUT's tables.
     """
 
-    waited: float
-    reasks: int
     worker_alive: bool
     key: bytes | None = None
     request: str | None = None

@@ -181,7 +181,7 @@ def _outcomes(path: _Path, call: Call) -> list[tuple[Outcome, list[Observation]]
 
 def _late(key: bytes | None, request: str | None) -> Overdue:
     """What the re-asks of an ``await_*`` step conclude when the bound passes unseen."""
-    return Overdue(0.0, 1, True, key, request)
+    return Overdue(True, key, request)
 
 
 def _settles(path: _Path) -> bool:
