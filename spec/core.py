@@ -38,7 +38,7 @@ from typing import Any, NamedTuple, TypeAlias
 
 # The PEP 316 contracts of the actions below read these predicates.  CrossHair
 # evaluates a contract in this module's globals, so they are imported here (and
-# re-exported: the tests and the copied actions of tests/crosshair_bugs use them).
+# re-exported: the tests and the generated actions of tests/crosshair_bugs use them).
 from asynclookup.spec._contracts import batched as batched
 from asynclookup.spec._contracts import changed as changed
 from asynclookup.spec._contracts import changes_only as changes_only

@@ -6,9 +6,11 @@ Two halves, after CrossHair's own ``examples/PEP316`` and ``bugs_detected``:
   reports no counterexample, every contract line is analysed (none is skipped
   for an unsatisfiable precondition), and the command's output is parsed by a
   harness that is itself shown to report a planted bug;
-- ``tests/crosshair_bugs/``: each broken action, which carries the spec
-  action's contract word for word, is refuted on the contract line that states
-  the rule it breaks, and the same line is not refuted on the spec's action.
+- ``tests/crosshair_bugs/broken.py``: each broken action, a module generated
+  at test time from a variant of ``asynclookup.spec.variants`` that carries the
+  spec action's contract word for word, is refuted on the contract line that
+  states the rule it breaks, and the same line is not refuted on the spec's
+  action.
 
 Both run over the small-scope States of ``tests/crosshair_bugs/small_scope.py``
 (two keys, two requests).  The timeouts are CPU seconds per contract line; the
@@ -57,7 +59,8 @@ from asynclookup.spec.core import (
     enabled,
     well_formed,
 )
-from tests.crosshair_bugs import small_scope
+from asynclookup.spec.variants import VARIANTS
+from tests.crosshair_bugs import broken, small_scope
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = "tests/crosshair_bugs/plugin.py"
@@ -77,7 +80,8 @@ ANALYSED = ("Not confirmed.", "Confirmed over all paths.")
 
 
 class Bug(NamedTuple):
-    """A broken action of tests/crosshair_bugs and the contract line that refutes it."""
+    """A generated broken action (tests/crosshair_bugs/broken.py) and the contract
+    line that refutes it; ``module`` is the module's name in its directory."""
 
     module: str
     function: str
@@ -85,27 +89,17 @@ class Bug(NamedTuple):
 
 
 BUGS: Mapping[str, Bug] = {
-    "flush_without_revalidation": Bug(
-        "tests.crosshair_bugs.flush_without_revalidation",
-        "flush",
-        "all(generation_of(state, e.key) == e.generation for e in __return__[1].submitted)",
-    ),
-    "drain_without_generation_check": Bug(
-        "tests.crosshair_bugs.drain_without_generation_check",
-        "drain",
-        "verdicts_from_results(state, __return__[0])",
-    ),
-    "cleanup_deletes_in_flight": Bug(
-        "tests.crosshair_bugs.cleanup_deletes_in_flight",
-        "cleanup",
-        "not any(p.phase is Phase.IN_FLIGHT for _, p in removed(state, __return__[0]))",
-    ),
-    "mark_miss_forces_resolved": Bug(
-        "tests.crosshair_bugs.mark_miss_forces_resolved",
-        "mark_miss",
-        "all(phase_of(state, k) is Phase.RESOLVED for k, _ in changed(state, __return__[0]))",
-    ),
+    name: Bug(name, planted.function, planted.expression)
+    for name, planted in broken.PLANTED.items()
 }
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The directory the broken actions are generated into, once per module."""
+    directory = tmp_path_factory.mktemp("crosshair_bugs")
+    broken.write(directory)
+    return directory
 
 
 def contract_lines(fn: Callable[..., object]) -> list[str]:
@@ -131,8 +125,9 @@ def worker_function_names() -> set[str]:
     return {f"asynclookup.spec.core.{TRANSITIONS[kind].apply.__name__}" for kind in WORKER_ACTIONS}
 
 
-def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "0"}
+def _run(args: list[str], planted: Path | None = None) -> subprocess.CompletedProcess[str]:
+    path = str(ROOT) if planted is None else os.pathsep.join([str(ROOT), str(planted)])
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONHASHSEED": "0"}
     return subprocess.run(
         [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
         timeout=PROCESS_TIMEOUT, check=False,
@@ -147,30 +142,32 @@ def crosshair_check(targets: list[str], timeout: float) -> subprocess.CompletedP
     ])
 
 
-def refute(module: str, function: str, expression: str, timeout: float) -> (
-    subprocess.CompletedProcess[str]
-):
-    """``tests/crosshair_bugs/refute.py`` on one contract line of one function."""
+def refute(
+    module: str, function: str, expression: str, timeout: float, planted: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``tests/crosshair_bugs/refute.py`` on one contract line of one function;
+    ``planted`` is the directory of the generated modules, put on the path."""
     return _run([
         "-m", "tests.crosshair_bugs.refute", module, function, expression,
         f"--timeout={timeout}",
-    ])
+    ], planted)
 
 
-def jobs() -> dict[str, Callable[[], subprocess.CompletedProcess[str]]]:
-    """Every CrossHair run of this module, longest first."""
+def jobs(planted: Path) -> dict[str, Callable[[], subprocess.CompletedProcess[str]]]:
+    """Every CrossHair run of this module, longest first; the broken actions are
+    the modules generated into ``planted``."""
     functions = contracted_functions()
     workers = sorted(worker_function_names())
     scheduler = sorted(set(functions) - set(workers))
-    planted = str(Path(BUGS["flush_without_revalidation"].module.replace(".", "/") + ".py"))
+    seed = str(planted / "flush_without_revalidation.py")
     runs: dict[str, Callable[[], subprocess.CompletedProcess[str]]] = {
         "scheduler": lambda: crosshair_check(scheduler, SCHEDULER_TIMEOUT),
         "worker": lambda: crosshair_check(workers, WORKER_TIMEOUT),
-        "planted": lambda: crosshair_check([planted], 1.0),
+        "planted": lambda: crosshair_check([seed], 1.0),
     }
     for name, bug in BUGS.items():
         runs[f"refute {name}"] = functools.partial(
-            refute, bug.module, bug.function, bug.expression, REFUTE_TIMEOUT
+            refute, bug.module, bug.function, bug.expression, REFUTE_TIMEOUT, planted
         )
         runs[f"control {name}"] = functools.partial(
             refute, "asynclookup.spec.core", bug.function, bug.expression, CONTROL_TIMEOUT
@@ -192,7 +189,7 @@ def runs_of(test: str, params: Mapping[str, object]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def runs(
-    request: pytest.FixtureRequest,
+    request: pytest.FixtureRequest, planted: Path
 ) -> Iterator[dict[str, Future[subprocess.CompletedProcess[str]]]]:
     """The runs the selected tests need, two processes at a time (one per core),
     all started when the first test asks, so that they overlap."""
@@ -203,7 +200,7 @@ def runs(
             callspec = getattr(item, "callspec", None)
             needed.update(runs_of(item.originalname, callspec.params if callspec else {}))
     with ThreadPoolExecutor(max_workers=2) as pool:
-        yield {name: pool.submit(job) for name, job in jobs().items() if name in needed}
+        yield {name: pool.submit(job) for name, job in jobs(planted).items() if name in needed}
 
 
 def finished(
@@ -252,12 +249,12 @@ def test_worker_contracts_hold(
 
 @pytest.mark.slow
 def test_check_harness_reports_a_planted_bug(
-    runs: Mapping[str, Future[subprocess.CompletedProcess[str]]],
+    runs: Mapping[str, Future[subprocess.CompletedProcess[str]]], planted: Path
 ) -> None:
     """The same crosshair check command reports the seed bug on its contract line."""
     result = finished(runs, "planted")
     bug = BUGS["flush_without_revalidation"]
-    line = _line_of(bug)
+    line = _line_of(planted, bug)
     assert result.returncode == 1, report(result)
     assert f"flush_without_revalidation.py:{line}: error: false when calling flush(" in (
         result.stdout
@@ -298,14 +295,16 @@ def unresolved_names(fn: Callable[..., object]) -> set[str]:
     return missing
 
 
-def test_contract_names_resolve_in_their_module() -> None:
+def test_contract_names_resolve_in_their_module(planted: Path) -> None:
     """Every name a contract line of spec/ or of a broken action reads is defined where
     CrossHair looks for it, so no line fails on a missing import instead of its rule."""
     functions = [
         getattr(importlib.import_module(name.rsplit(".", 1)[0]), name.rsplit(".", 1)[1])
         for name in contracted_functions()
     ]
-    functions += [getattr(importlib.import_module(b.module), b.function) for b in BUGS.values()]
+    functions += [
+        getattr(broken.load(planted / f"{b.module}.py"), b.function) for b in BUGS.values()
+    ]
     assert {f.__qualname__: unresolved_names(f) for f in functions if unresolved_names(f)} == {}
 
 
@@ -353,9 +352,9 @@ def test_small_scope_states_enable_every_action() -> None:
 # -- broken actions are refuted ---------------------------------------------------
 
 
-def _line_of(bug: Bug) -> int:
-    """The line number of ``post: expression`` in the bug module."""
-    path = ROOT / (bug.module.replace(".", "/") + ".py")
+def _line_of(planted: Path, bug: Bug) -> int:
+    """The line number of ``post: expression`` in the generated bug module."""
+    path = planted / f"{bug.module}.py"
     for number, text in enumerate(path.read_text().splitlines(), start=1):
         if text.strip() == f"post: {bug.expression}":
             return number
@@ -363,24 +362,34 @@ def _line_of(bug: Bug) -> int:
 
 
 @pytest.mark.parametrize("name", sorted(BUGS))
-def test_bug_carries_the_spec_contract(name: str) -> None:
+def test_bug_carries_the_spec_contract(planted: Path, name: str) -> None:
     """The broken action's docstring, contract included, is the spec action's, word for word."""
     bug = BUGS[name]
-    broken = getattr(importlib.import_module(bug.module), bug.function)
-    assert broken.__doc__ == getattr(asynclookup.spec.core, bug.function).__doc__
-    assert f"post: {bug.expression}" in contract_lines(broken)
+    action = getattr(broken.load(planted / f"{name}.py"), bug.function)
+    assert action.__doc__ == getattr(asynclookup.spec.core, bug.function).__doc__
+    assert f"post: {bug.expression}" in contract_lines(action)
+
+
+@pytest.mark.parametrize("name", sorted(BUGS))
+def test_bug_runs_the_variant(planted: Path, name: str) -> None:
+    """The broken action is its variant's table entry, not a copy of it: the bug is
+    written once, in spec/variants.py, and differs from the spec's action."""
+    module = broken.load(planted / f"{name}.py")
+    entry = broken.PLANTED[name]
+    assert module._BROKEN is VARIANTS[entry.variant].table[entry.action].apply
+    assert module._BROKEN is not TRANSITIONS[entry.action].apply
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BUGS))
 def test_crosshair_refutes_broken_action(
-    runs: Mapping[str, Future[subprocess.CompletedProcess[str]]], name: str
+    runs: Mapping[str, Future[subprocess.CompletedProcess[str]]], planted: Path, name: str
 ) -> None:
     """CrossHair reports a counterexample to the line stating the rule the action breaks."""
     bug = BUGS[name]
     result = finished(runs, f"refute {name}")
     assert result.returncode == 1, report(result)
-    expected = f"{name}.py:{_line_of(bug)}: error: false when calling {bug.function}("
+    expected = f"{name}.py:{_line_of(planted, bug)}: error: false when calling {bug.function}("
     assert expected in result.stdout, report(result)
 
 
