@@ -129,7 +129,7 @@ def _predicates_block(number: int) -> str:
         lines.append(f"- `{prop.name}` ({kind}, `spec/properties.py`): {doc}")
     if number == 6:
         lines.append(
-            "- `progress_quiescence_reachable` (checked by `asynclookup/modelcheck/search.py` "
+            "- `progress_quiescence_reachable` (checked by `asynclookup/modelcheck/_bfs.py` "
             "once its "
             "search reaches the fixpoint): from every reachable state a quiescent state is "
             "reachable without `shutdown`."

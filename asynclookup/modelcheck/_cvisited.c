@@ -20,7 +20,7 @@
  * layout, the bytes given.
  *
  * Memo.  Each action family (a function of the state, computed in Python:
- * search.py) has its outcomes stored once per distinct value of the fields it
+ * _bfs.py) has its outcomes stored once per distinct value of the fields it
  * read, as in asynclookup/modelcheck/_memo.py (the soundness argument is
  * there): a family has patterns (sets of fields read), an entry is keyed by
  * (family, pattern, the ids of those fields), and its outcomes are encoded
@@ -818,7 +818,7 @@ static void decode_outcome(const Table *t, size_t pos, Outcome *o) {
 }
 
 /* Appends the outcomes (a tuple of (number, new ids, picks or None, broken
- * property names), as search.py's families give them) to the arena: their
+ * property names), as _bfs.py's families give them) to the arena: their
  * offset, or -1 (an exception set).  picks must say that the k-th changed
  * field, in field order, takes new[k] (asynclookup.modelcheck._canon.picks_of). */
 static long encode_outcomes(Table *t, PyObject *outcomes) {

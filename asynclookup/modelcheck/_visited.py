@@ -25,7 +25,7 @@ The search graph (``WalkLike``): the breadth-first search expands state ``i``
 by walking the outcomes of its enabled actions (``expand(i, ids, families)``:
 the outcomes of the action families whose bits are set, each a tuple of
 ``(action number, new field ids, picks, broken step properties)``, see
-``asynclookup.modelcheck.search``).  The walk adds each
+``asynclookup.modelcheck._bfs``).  The walk adds each
 target that is not visited, by its canonical ids, and returns at each new
 state (its index: the search checks it, then calls ``resume()``), at a step
 that breaks a step property (``BAD``; ``outcome()`` is that step) and at the
