@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from asynclookup.conformance.driver import ConformanceError
 from asynclookup.conformance.machine import FuzzConfig, Stats, run
+from asynclookup.conformance.targets.target import FuzzTarget
 from tests.mutants_reference import VARIANTS
 
 
@@ -50,7 +51,8 @@ def throughput(mode: str, seeds: int, examples: int, steps: int) -> list[float]:
 def kill(variant: str, seed: int, steps: int) -> tuple[float, float, int, int]:
     """Seconds to the shrunk kill and to the first failure, the calls, the property."""
     config = FuzzConfig(
-        target=f"tests.mutants_reference:{variant}", strict_efficiency=VARIANTS[variant] == 8
+        target=FuzzTarget.parse(f"tests.mutants_reference:{variant}"),
+        strict_efficiency=VARIANTS[variant] == 8,
     )
     stats = Stats()
     try:

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, Phase, settings
 
 from asynclookup.conformance.campaign import open_database
 from asynclookup.conformance.machine import FuzzConfig, machine_class
+from asynclookup.conformance.targets.target import FuzzTarget
 
 SEEDED_BUG = "tests.mutants_reference:FlushWithoutRevalidation"  # property 1, the seed
 QUICK_BUG = "tests.mutants_reference:MarkMissOnPending"  # property 3, found in ~10 examples
@@ -49,5 +50,6 @@ settings.load_profile("asynclookup-campaign")
 TestReference = machine_class(FuzzConfig()).TestCase
 # the reference conforms: a few examples say it runs clean here, the bugs get the budget
 TestReference.settings = settings(max_examples=10)  # the profile's database and the rest
-TestFlushWithoutRevalidation = machine_class(FuzzConfig(target=SEEDED_BUG)).TestCase
-TestMarkMissOnPending = machine_class(FuzzConfig(target=QUICK_BUG)).TestCase
+TestFlushWithoutRevalidation = machine_class(
+    FuzzConfig(target=FuzzTarget.parse(SEEDED_BUG))).TestCase
+TestMarkMissOnPending = machine_class(FuzzConfig(target=FuzzTarget.parse(QUICK_BUG))).TestCase

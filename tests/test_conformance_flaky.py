@@ -17,6 +17,7 @@ import pytest
 
 from asynclookup.conformance.driver import NOT_REPRODUCIBLE, ConformanceError
 from asynclookup.conformance.machine import FuzzConfig, Stats, run
+from asynclookup.conformance.targets.target import FuzzTarget
 from asynclookup.reference import AsyncLookupManager
 
 _lies_left = [1]  # how many lies the planted target has left to tell, in all
@@ -42,7 +43,7 @@ def test_a_failure_hypothesis_cannot_replay_is_reported_as_not_reproducible(
     text and (when shrunk) in the shrink report."""
     _lies_left[0] = 1
     stats = Stats()
-    config = FuzzConfig(target=f"{__name__}:FirstInstanceLies")
+    config = FuzzConfig(target=FuzzTarget.parse(f"{__name__}:FirstInstanceLies"))
     with pytest.raises(ConformanceError) as caught:
         run(config, examples=20, seed=0, stats=stats, shrink_budget=shrink_budget)
     error = caught.value

@@ -13,6 +13,7 @@ import pytest
 
 from asynclookup.conformance.driver import ConformanceError
 from asynclookup.conformance.machine import FuzzConfig, run
+from asynclookup.conformance.targets.target import FuzzTarget
 from tests.mutants_reference import VARIANTS
 
 # A seed per variant that finds it early with the machine as it is; any seed
@@ -31,7 +32,8 @@ MAX_CALLS = 8
 def kill(variant: str) -> ConformanceError:
     """The shrunk counterexample the fuzzer finds against ``variant``."""
     config = FuzzConfig(
-        target=f"tests.mutants_reference:{variant}", strict_efficiency=VARIANTS[variant] == 8
+        target=FuzzTarget.parse(f"tests.mutants_reference:{variant}"),
+        strict_efficiency=VARIANTS[variant] == 8,
     )
     with pytest.raises(ConformanceError) as raised:
         run(config, examples=3000, seed=SEEDS[variant], steps=50)

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, settings
 from asynclookup.conformance.driver import ConformanceError, Driver
 from asynclookup.conformance.machine import FuzzConfig, machine_class, run
 from asynclookup.conformance.targets.adapter import Plan
+from asynclookup.conformance.targets.target import FuzzTarget
 from tests.redis_server import RedisServer
 
 TestReferenceStepped = machine_class(FuzzConfig()).TestCase
@@ -80,7 +81,7 @@ def test_a_returning_call_after_shutdown_is_reported() -> None:
 def test_property_8_is_a_warning_unless_strict() -> None:
     """Without --strict-efficiency a redundant probe is collected as a warning, not raised."""
     target = "tests.mutants_reference:CleanupDropsInFlight"
-    stats = run(FuzzConfig(target=target), examples=50, seed=0, steps=50)
+    stats = run(FuzzConfig(target=FuzzTarget.parse(target)), examples=50, seed=0, steps=50)
     assert stats.warnings and all(w.number == 8 for w, _ in stats.warnings)
 
 

@@ -32,7 +32,7 @@ EXAMPLES = 150
 TO_BOOL = "tests.shapes.verdicts:to_bool"
 
 # (correct class, buggy class, options that fit both, properties the bug may be named by)
-SHAPES: dict[str, tuple[str, str, dict[str, str], set[int]]] = {
+SHAPES: dict[str, tuple[str, str, dict[str, Any], set[int]]] = {
     "renamed": ("renamed:Invalidating", "renamed:InvalidatingForcesResolved",
                 {"methods": "mark_miss=invalidate"}, {3}),
     # the orphaned probe is submitted (1), its verdict reaches a later request (2), or it
@@ -48,7 +48,7 @@ SHAPES: dict[str, tuple[str, str, dict[str, str], set[int]]] = {
 }
 
 
-def _spec(name: str, options: dict[str, str]) -> str:
+def _spec(name: str, options: dict[str, Any]) -> str:
     return impl_spec(f"tests.shapes.{name}", **options)
 
 
@@ -184,7 +184,7 @@ def test_options_travel_with_the_target_into_replays() -> None:
     spec = _spec("renamed:InvalidatingForcesResolved", {"methods": "mark_miss=invalidate"})
     error = _kill(spec)
     assert error is not None
-    assert error.config["target"] == "impl:" + spec
+    assert str(error.config["target"]) == "impl:" + spec
     steps = [(c.method, c.args) for c in error.calls]
     again = next((e for _ in range(5) if (e := replay(error.config, steps)) is not None), None)
     assert again is not None and again.violation.number == error.violation.number

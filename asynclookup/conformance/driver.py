@@ -47,6 +47,7 @@ from asynclookup.conformance.targets.bounded import (
 )
 from asynclookup.conformance.targets.load import load_target
 from asynclookup.conformance.targets.tables import requests_named
+from asynclookup.conformance.targets.target import REFERENCE, FuzzTarget
 from asynclookup.observe.engine import (
     CLOSED,
     Checker,
@@ -245,9 +246,10 @@ class Driver:
 
     @classmethod
     def open(
-        cls, target: str = "reference", *, tier: str = "memory", **options: Any
+        cls, target: FuzzTarget | str = REFERENCE, *, tier: str = "memory", **options: Any
     ) -> Driver:
-        """A driver for the target named ``reference`` or ``module:attribute``."""
+        """A driver for ``target`` (or the target its text names: a replay file's)."""
+        target = FuzzTarget.of(target)
         driver = cls(
             load_target(target), inner=make_inner_tier(tier),
             config={"target": target, "tier": tier}, **options,

@@ -52,8 +52,9 @@ from asynclookup.conformance.driver import (
     make_inner_tier,
 )
 from asynclookup.conformance.replay import shrink
-from asynclookup.conformance.targets.adapter import OPTIONAL_CALLS, Plan, plan_kinds
+from asynclookup.conformance.targets.adapter import GENERATED_ONLY_IF_HAD, Plan, plan_kinds
 from asynclookup.conformance.targets.load import load_target
+from asynclookup.conformance.targets.target import REFERENCE, FuzzTarget
 from asynclookup.observe.interface import Violation
 from asynclookup.spec import core
 from asynclookup.spec.properties import ALWAYS
@@ -70,7 +71,7 @@ AFTER_SHUTDOWN = (
 class FuzzConfig:
     """What is fuzzed, and how."""
 
-    target: str = "reference"  # "reference" or MODULE:ATTRIBUTE
+    target: FuzzTarget = REFERENCE  # what is driven (``str()`` of it: its text)
     mode: str = "stepped"  # "stepped" or "threaded"
     tier: str = "memory"  # "memory", "fs" or "redis"
     faults: str = "all"  # "none", "all" or a comma list of FAULT_KINDS
@@ -80,7 +81,7 @@ class FuzzConfig:
     @property
     def tag(self) -> str:
         """A name for this configuration (it keys the example database)."""
-        safe = self.target.replace(".", "_").replace(":", "__")
+        safe = str(self.target).replace(".", "_").replace(":", "__")
         faults = self.faults.replace(",", "_").replace("-", "")
         return f"Oracle_{safe}_{self.mode}_{self.tier}_{faults}"
 
@@ -180,7 +181,7 @@ def machine_class(
             )
             driver.on_error = _keep_first
             counters.leak_check = driver.leak_check
-            counters.not_generated = tuple(sorted(OPTIONAL_CALLS - driver.supports))
+            counters.not_generated = tuple(sorted(GENERATED_ONLY_IF_HAD - driver.supports))
             return driver
 
         @initialize(target=keys, n=st.integers(2, 3))
@@ -217,6 +218,7 @@ def machine_class(
                 self.lookup(key, request)
             self.flush()
 
+        @precondition(lambda m: "cleanup" in m.driver.supports)
         @rule(request=requests)
         def cleanup(self, request: str) -> None:
             self._step()
@@ -258,7 +260,7 @@ def machine_class(
                 "drain_results": d.drain_results,
                 "shutdown": d.shutdown,
             }
-            has_call = then in d.supports or then not in OPTIONAL_CALLS
+            has_call = then in d.supports or then not in GENERATED_ONLY_IF_HAD
             if "after_shutdown" in d.supports and has_call:
                 after[then]()
             self._collect()

@@ -32,6 +32,7 @@ from asynclookup.conformance.driver import (
 )
 from asynclookup.conformance.targets.adapter import Plan
 from asynclookup.conformance.targets.bounded import CALL_BOUND, CONSTRUCT_BOUND
+from asynclookup.conformance.targets.target import FuzzTarget
 
 Step = tuple[str, tuple[Any, ...]]
 QUICK_WAIT = 0.5  # seconds a threaded shrink candidate waits for what the spec owes
@@ -39,11 +40,12 @@ CONFIRMED_AT_MOST = 6  # threaded: shrunk candidates confirmed at the full bound
 
 
 def open_replay(
-    target: str, *, mode: str = "stepped", tier: str = "memory", strict_efficiency: bool = False,
+    target: FuzzTarget | str, *, mode: str = "stepped", tier: str = "memory",
+    strict_efficiency: bool = False,
     wait_bound: float = WAIT_BOUND, call_bound: float = CALL_BOUND,
     construct_bound: float = CONSTRUCT_BOUND,
 ) -> Driver:
-    """A fresh driver for a replay (what replay files call)."""
+    """A fresh driver for a replay (what replay files call, with the target's text)."""
     return Driver.open(
         target, mode=mode, tier=tier, strict_efficiency=strict_efficiency, patient=True,
         wait_bound=wait_bound, call_bound=call_bound, construct_bound=construct_bound,
@@ -391,7 +393,7 @@ def replay_file(error: ConformanceError) -> str:
         plan_import=(
             "from asynclookup.conformance.targets.adapter import Plan\n" if uses_plan else ""),
         title=error.violation.title, detail=detail, body=body or "        pass",
-        target=error.config.get("target", "reference"),
+        target=str(error.config.get("target", "reference")),  # the file holds its text
         mode=error.config.get("mode", "stepped"), tier=error.config.get("tier", "memory"),
         strict=bool(error.config.get("strict_efficiency", False)),
     )

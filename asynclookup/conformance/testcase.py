@@ -28,13 +28,14 @@ from typing import Any
 from asynclookup.conformance.driver import ConformanceError
 from asynclookup.conformance.machine import FuzzConfig, Stats, run
 from asynclookup.conformance.targets.adapter import faults_text
-from asynclookup.conformance.targets.vllm import PREFIX, impl_spec, load_impl
+from asynclookup.conformance.targets.target import FuzzTarget
+from asynclookup.conformance.targets.vllm import load_impl
 
 SHRINK_SECONDS = 20.0  # the shrinker's budget when ``shrink`` is on
 
 
 def conformance_test_case(
-    impl: str | type[Any],
+    impl: str | type[Any] | FuzzTarget,
     *,
     faults: str = "all",
     examples: int = 100,
@@ -46,6 +47,8 @@ def conformance_test_case(
     cleanup_arg: str | None = None,
     verdicts: str | None = None,
     tables: str | Sequence[str] | Mapping[str, str] = (),
+    impl_args: Mapping[str, Any] | Sequence[str] = (),
+    drain_before_lookup: bool = False,
 ) -> type[unittest.TestCase]:
     """The TestCase class fuzzing ``impl`` (``MODULE:CLASS`` or the class) as the options say.
 
@@ -54,14 +57,18 @@ def conformance_test_case(
     timing, which Hypothesis's shrinker cannot do for a threaded run.  ``methods``,
     ``cleanup_arg``, ``verdicts`` and ``tables`` say the class's shape as ``--method``,
     ``--cleanup-arg``, ``--verdicts`` and ``--tables`` do (e.g.
-    ``methods={"mark_miss": "invalidate"}``, ``tables="probes=_states"``).
+    ``methods={"mark_miss": "invalidate"}``, ``tables="probes=_states"``);
+    ``impl_args`` the constructor's keyword arguments as ``--impl-arg`` does (a mapping
+    of values, ``{"n_lookup_threads": 1}``, or ``NAME=LITERAL`` words), and
+    ``drain_before_lookup`` is ``--drain-before-lookup``.
     """
-    spec = impl if isinstance(impl, str) else f"{impl.__module__}:{impl.__qualname__}"
-    spec = impl_spec(spec, methods=methods, cleanup_arg=cleanup_arg, verdicts=verdicts,
-                     tables=tables)
-    load_impl(spec)  # fails now, in one line, if the class does not fit
+    target = impl_target(
+        impl, methods=methods, cleanup_arg=cleanup_arg, verdicts=verdicts, tables=tables,
+        impl_args=impl_args, drain_before_lookup=drain_before_lookup,
+    )
+    load_impl(target)  # fails now, in one line, if the class does not fit
     config = FuzzConfig(
-        target=PREFIX + spec, mode="threaded", faults=faults_text(faults),
+        target=target, mode="threaded", faults=faults_text(faults),
         strict_efficiency=strict_efficiency,
     )
 
@@ -72,7 +79,7 @@ def conformance_test_case(
             shrink_budget=SHRINK_SECONDS if shrink else 0.0,
         )  # raises the ConformanceError, an AssertionError: the test fails with it
 
-    name = f"Conformance{spec.split(';')[0].rpartition(':')[2]}"  # the class, not its options
+    name = f"Conformance{target.attribute.rpartition('.')[2]}"  # the class, not its options
     case = type(name, (unittest.TestCase,), {
         "test_conforms_to_the_spec": test_conforms_to_the_spec,
         "__module__": __name__,
@@ -81,14 +88,40 @@ def conformance_test_case(
     return case
 
 
+def impl_target(
+    impl: str | type[Any] | FuzzTarget,
+    *,
+    methods: str | Sequence[str] | Mapping[str, str] = (),
+    cleanup_arg: str | None = None,
+    verdicts: str | None = None,
+    tables: str | Sequence[str] | Mapping[str, str] = (),
+    impl_args: Mapping[str, Any] | Sequence[str] = (),
+    drain_before_lookup: bool = False,
+) -> FuzzTarget:
+    """The ``FuzzTarget`` of a vLLM-shaped class (``MODULE:CLASS``, the class, or a target)
+    with the shape options as the CLI takes them; ValueError (one line) for a bad one."""
+    if isinstance(impl, FuzzTarget):
+        path = impl.impl_text()
+    elif isinstance(impl, str):
+        path = impl
+    else:
+        path = f"{impl.__module__}:{impl.__qualname__}"
+    return FuzzTarget.impl(
+        path, methods=methods, cleanup_arg=cleanup_arg, verdicts=verdicts, tables=tables,
+        args=impl_args, drain_before_lookup=drain_before_lookup,
+    )
+
+
 def first_violation(
-    impl: str, *, seed: int, examples: int, faults: str = "all", steps: int = 30,
+    impl: str | FuzzTarget, *, seed: int, examples: int, faults: str = "all", steps: int = 30,
     strict_efficiency: bool = True, stats: Stats | None = None,
 ) -> ConformanceError | None:
-    """Fuzz ``impl`` (``MODULE:CLASS``) unshrunk; the first violation found, or None."""
-    load_impl(impl)
+    """Fuzz ``impl`` (``MODULE:CLASS[;options]`` or its target) unshrunk; the first
+    violation found, or None."""
+    target = impl_target(impl)
+    load_impl(target)
     config = FuzzConfig(
-        target=PREFIX + impl, mode="threaded", faults=faults,
+        target=target, mode="threaded", faults=faults,
         strict_efficiency=strict_efficiency,
     )
     try:

@@ -298,6 +298,10 @@ class Target(Protocol):
       The oracle never generates a call an IUT lacks: ``mark_miss``,
       ``mark_present``, or any call after ``shutdown()`` (``after_shutdown``:
       the IUT raises its closed-manager error for them).
+    - ``lacks``: the names in ``LACKABLE_CALLS`` the IUT has not (default:
+      none): a class without ``cleanup()``.  The oracle never generates it, so
+      what only a cleanup can show (properties 4 and 5, and the orphaned
+      probes of properties 1 and 2) goes unchecked; the report says so.
     - ``snapshot()``: the IUT's tables by name (probe states, the request index,
       the step's batch, posted results), each a sized collection.  When an
       adapter offers it, the oracle checks property 5 (no leak) whenever no
@@ -352,11 +356,15 @@ class Target(Protocol):
 
 TargetFactory = Callable[[OracleTier, str], Target]
 OPTIONAL_CALLS = frozenset({"mark_miss", "mark_present", "after_shutdown"})
+LACKABLE_CALLS = frozenset({"cleanup"})  # a target has them unless its ``lacks`` says not
+GENERATED_ONLY_IF_HAD = OPTIONAL_CALLS | LACKABLE_CALLS
 
 
 def supports_of(target: Target) -> frozenset[str]:
-    """The optional calls ``target`` has (all of them unless it says otherwise)."""
-    return frozenset(getattr(target, "supports", OPTIONAL_CALLS)) & OPTIONAL_CALLS
+    """The calls of ``GENERATED_ONLY_IF_HAD`` that ``target`` has: the optional ones it
+    says (all unless it says otherwise), and ``cleanup`` unless it ``lacks`` it."""
+    optional = frozenset(getattr(target, "supports", OPTIONAL_CALLS)) & OPTIONAL_CALLS
+    return optional | (LACKABLE_CALLS - frozenset(getattr(target, "lacks", ())))
 
 
 def snapshot_of(target: Target) -> Mapping[str, Sized] | None:

@@ -2,13 +2,14 @@
 
 Public copies of vLLM's lookup manager differ in small ways: a method has
 another name (``invalidate`` for ``mark_miss``), ``cleanup`` takes the request
-context instead of its id, ``lookup`` answers in a vocabulary of its own (an
-enum, ints), the tables have other names.  A ``Shape`` says how one class
-differs; the command line builds it from ``--method``, ``--cleanup-arg``,
-``--verdicts`` and ``--tables``.  It travels inside the target's name
-(``MODULE:CLASS;method=mark_miss=invalidate;cleanup-arg=context``), so that the
-machine, the shrinker and replay files, which know a target only by its name,
-build the same adapter.
+context instead of its id (or there is no ``cleanup``), ``lookup`` answers in a
+vocabulary of its own (an enum, ints), the tables have other names, the
+constructor takes more than the tier's name (a pool size), the scheduler must
+drain before each lookup.  A ``Shape`` says how one class differs; the command
+line builds it from ``--method``, ``--cleanup-arg``, ``--verdicts``,
+``--tables``, ``--impl-arg`` and ``--drain-before-lookup``.  ``Shape.suffix``
+and ``parse_options`` are its one text form, the options after ``MODULE:CLASS``
+in a target's text (``asynclookup.conformance.targets.target.FuzzTarget``).
 
 ``fit_problem`` says what keeps a class from fitting, and which option would
 fit it (the CLI's one-line exit 2).  It reads the class only; what needs an
@@ -18,6 +19,7 @@ It drives nothing: ``asynclookup.conformance.targets.vllm`` does.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import inspect
 import re
@@ -30,6 +32,8 @@ from asynclookup.conformance.targets.adapter import import_user_module
 REQUIRED = ("batch_lookup", "lookup", "flush", "cleanup", "drain_results", "shutdown")
 OPTIONAL = ("mark_miss", "mark_present")
 METHODS = REQUIRED + OPTIONAL
+MAY_LACK = ("cleanup", *OPTIONAL)  # calls ``--method CALL=none`` may say a class has not
+OPTION_KEYS = ("method", "cleanup-arg", "verdicts", "tables", "args", "drain-before-lookup")
 ROLES = ("probes", "index", "batch", "results")  # results: the queue the worker posts to
 NONE = "none"  # "this class has no such method / table"
 CLEANUP_ARGS = ("id", "context")
@@ -61,13 +65,19 @@ class Shape:
     takes, ``id`` or ``context`` (None: not said, the id).  ``verdicts``:
     ``MODULE:FUNC`` mapping lookup's answers to True / False / None.
     ``tables``: role -> attribute path (``none``: no such table); roles not
-    named are found by shape.
+    named are found by shape.  ``args``: the constructor's keyword arguments
+    after the tier's name, each as the ``repr`` of a Python literal (evaluated
+    afresh for every instance: ``constructor_kwargs``).  ``drain_before_lookup``:
+    the adapter calls ``drain_results()`` before each ``lookup()``, as a
+    scheduler that must do so does.
     """
 
     methods: tuple[tuple[str, str], ...] = ()
     cleanup_arg: str | None = None
     verdicts: str | None = None
     tables: tuple[tuple[str, str], ...] = ()
+    args: tuple[tuple[str, str], ...] = ()
+    drain_before_lookup: bool = False
 
     def name(self, method: str) -> str | None:
         """The class's name for the protocol's ``method`` (None: it has none)."""
@@ -84,8 +94,13 @@ class Shape:
         """Whether cleanup is given the request context (else its id)."""
         return self.cleanup_arg == "context"
 
+    def constructor_kwargs(self) -> dict[str, Any]:
+        """The constructor's keyword arguments, fresh objects for each instance."""
+        return {name: ast.literal_eval(text) for name, text in self.args}
+
     def suffix(self) -> str:
-        """The options as they follow ``MODULE:CLASS`` in a target's name."""
+        """The options as they follow ``MODULE:CLASS`` in a target's text (the one
+        format; ``parse_options`` is the one parse)."""
         parts = []
         if self.methods:
             parts.append("method=" + ",".join(f"{k}={v}" for k, v in self.methods))
@@ -95,6 +110,10 @@ class Shape:
             parts.append(f"verdicts={self.verdicts}")
         if self.tables:
             parts.append("tables=" + ",".join(f"{k}={v}" for k, v in self.tables))
+        if self.args:
+            parts.append("args=" + ",".join(f"{k}={v}" for k, v in self.args))
+        if self.drain_before_lookup:
+            parts.append("drain-before-lookup")
         return "".join(f";{p}" for p in parts)
 
 
@@ -106,8 +125,9 @@ def parse_methods(items: str | Sequence[str] | Mapping[str, str]) -> tuple[tuple
         if method not in METHODS:
             raise ValueError(f"--method: {method!r} is not a protocol call (want one of "
                              f"{', '.join(METHODS)})")
-        if name == NONE and method in REQUIRED:
-            raise ValueError(f"--method: {method} is required, it cannot be {NONE}")
+        if name == NONE and method not in MAY_LACK:
+            raise ValueError(f"--method: {method} is required, it cannot be {NONE} (only "
+                             f"{', '.join(MAY_LACK)} can)")
         if not _NAME.match(name):
             raise ValueError(f"--method: {name!r} is not a method name")
         if seen.get(method, name) != name:
@@ -137,6 +157,67 @@ def parse_tables(items: str | Sequence[str] | Mapping[str, str]) -> tuple[tuple[
     return tuple(sorted(seen.items(), key=lambda kv: ROLES.index(kv[0])))
 
 
+def parse_args(items: str | Sequence[str] | Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """``n_lookup_threads=1`` pairs, each value a Python literal (``--impl-arg``, repeatable,
+    or a mapping of values); ValueError (one line) names a bad one."""
+    if isinstance(items, Mapping):
+        pairs = [(str(k), repr(v)) for k, v in items.items()]
+    else:
+        words = [items] if isinstance(items, str) else list(items)
+        pairs = [_pair(w, "--impl-arg") for text in words for w in split_outside(text, ",")]
+    seen: dict[str, str] = {}
+    for name, text in pairs:
+        if not _NAME.match(name) or name == "tier_type":
+            raise ValueError(f"--impl-arg: {name!r} is not a keyword argument the oracle can "
+                             f"pass (the tier's name is its own)")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            raise ValueError(f"--impl-arg {name}={text}: {text} is not a Python literal (a "
+                             f"string is quoted: {name}={text!r})") from None
+        try:
+            ast.literal_eval(repr(value))
+        except (ValueError, SyntaxError):  # nan, inf: a value a replay could not rebuild
+            raise ValueError(f"--impl-arg {name}={text}: {value!r} has no literal form "
+                             f"a replay could rebuild") from None
+        if name in seen:
+            raise ValueError(f"--impl-arg: {name} given twice")
+        seen[name] = repr(value)
+    return tuple(sorted(seen.items()))
+
+
+def split_outside(text: str, sep: str) -> list[str]:
+    """``text`` split at ``sep`` where it is not inside quotes or brackets (a literal's
+    commas and semicolons stay in the literal)."""
+    parts, start, depth, quote, i = [], 0, 0, "", 0
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return parts
+
+
+def _pair(word: str, flag: str) -> tuple[str, str]:
+    left, eq, right = word.strip().partition("=")
+    if not eq or not left.strip() or not right.strip():
+        raise ValueError(f"{flag}: {word.strip()!r} is not NAME=VALUE")
+    return left.strip(), right.strip()
+
+
 def _pairs(
     items: str | Sequence[str] | Mapping[str, str], flag: str
 ) -> list[tuple[str, str]]:
@@ -158,6 +239,8 @@ def make_shape(
     cleanup_arg: str | None = None,
     verdicts: str | None = None,
     tables: str | Sequence[str] | Mapping[str, str] = (),
+    args: str | Sequence[str] | Mapping[str, Any] = (),
+    drain_before_lookup: bool = False,
 ) -> Shape:
     """A ``Shape`` from the options as the CLI or ``conformance_test_case`` take them."""
     if cleanup_arg is not None and cleanup_arg not in CLEANUP_ARGS:
@@ -171,23 +254,34 @@ def make_shape(
         cleanup_arg=cleanup_arg,
         verdicts=verdicts,
         tables=parse_tables(tables) if tables else (),
+        args=parse_args(args) if args else (),
+        drain_before_lookup=drain_before_lookup,
     )
 
 
-def split_spec(spec: str) -> tuple[str, Shape]:
-    """``MODULE:CLASS`` and the shape of a target name (what ``Shape.suffix`` wrote)."""
-    head, *options = spec.split(";")
+def parse_options(spec: str) -> tuple[str, Shape]:
+    """``MODULE:CLASS`` and the shape of a target's text (what ``Shape.suffix`` wrote):
+    the one parse of the options, which ``FuzzTarget.parse`` calls."""
+    head, *options = split_outside(spec, ";")
     found: dict[str, str] = {}
     for option in options:
         key, eq, value = option.partition("=")
-        if not eq or key not in ("method", "cleanup-arg", "verdicts", "tables"):
+        if key not in OPTION_KEYS or (eq == "") != (key == "drain-before-lookup"):
             raise ValueError(f"--impl {spec}: unknown option {option!r}")
+        if key in found:
+            raise ValueError(f"--impl {spec}: option {key} given twice")
         found[key] = value
     shape = make_shape(
         methods=found.get("method", ()), cleanup_arg=found.get("cleanup-arg"),
         verdicts=found.get("verdicts"), tables=found.get("tables", ()),
+        args=found.get("args", ()), drain_before_lookup="drain-before-lookup" in found,
     )
     return head, shape
+
+
+def split_spec(spec: str) -> tuple[str, Shape]:
+    """``parse_options``, by its former name (``conformance.regression`` calls it)."""
+    return parse_options(spec)
 
 
 def load_verdicts(shape: Shape) -> Callable[[Any], Any] | None:
@@ -235,9 +329,9 @@ def fit_problem(cls: object, shape: Shape = Shape()) -> str | None:
         both = " and ".join(calls)
         return f"{cls.__name__}.{twice} would be both {both}: name each with --method"
     try:
-        inspect.signature(cls).bind("oracle")
-    except TypeError:
-        return f"{cls.__name__} cannot be constructed with one argument (tier_type: str)"
+        inspect.signature(cls).bind("oracle", **shape.constructor_kwargs())
+    except TypeError as exc:
+        return _constructor_problem(cls, shape, exc)
     except ValueError:
         pass  # no signature to read: try it when the oracle builds one
     return _cleanup_problem(cls, shape)
@@ -254,9 +348,26 @@ def _missing(cls: type, shape: Shape, missing: list[str]) -> str:
     if fits:
         has = ", ".join(name for _, name in fits)
         text += f"; it has {has}: try --method {','.join(f'{m}={n}' for m, n in fits)}"
-    optional = [m for m in missing if m in OPTIONAL and m not in said]
+    optional = [m for m in missing if m in MAY_LACK and m not in said]
     if optional:
         text += f" (or --method {','.join(f'{m}={NONE}' for m in optional)} if it has no such call)"
+    return text
+
+
+def _constructor_problem(cls: type, shape: Shape, exc: TypeError) -> str:
+    """Why ``cls("oracle", **args)`` cannot be called, and the ``--impl-arg`` that would do."""
+    said = ", ".join(f"{k}={v}" for k, v in shape.args)
+    given = f"the tier's name and {said}" if said else "one argument (tier_type: str)"
+    text = f"{cls.__name__} cannot be constructed with {given}: {exc}"
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return text
+    wanted = [p.name for p in list(params)[1:] if p.default is inspect.Parameter.empty
+              and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+              and p.name not in dict(shape.args)]
+    if wanted:
+        text += f": give {' '.join(f'--impl-arg {n}=VALUE' for n in wanted)}"
     return text
 
 

@@ -17,9 +17,12 @@ then, after ``flush()``, the queue the worker puts on once the tier has
 answered (none was put on before: not the flush's queue, not a pool's
 hand-over queue) is the results queue; a worker that posts a batch's results
 only when it takes the next one is given a second flush.  A results store
-that is not a queue (``put`` / ``get_nowait``) is not counted.  Attributes are
-searched one level deep (``_book.states``).  A role the user names
-(``--tables probes=_states``) is taken as named, and only checked to exist.
+that is not a queue (``put`` / ``get_nowait``) is not counted: none is found,
+and one named (``--tables results=_jobs``, a dict) is refused, since the only
+thing the oracle does with it is count its puts.  Attributes are searched one
+level deep (``_book.states``).  A role the user names (``--tables
+probes=_states``) is taken as named, and only checked to exist (and, for
+``results``, to be a queue).
 
 It judges nothing: a table found here is only read by the driver's leak
 check, which wants every table empty when the spec holds nothing.
@@ -62,17 +65,11 @@ class TablesUsed:
     reason: str | None = None  # why a role has no table, when it has none
     first_verdict: object = None  # what lookup answered for a key never looked up
     cleanup_error: str | None = None  # what cleanup raised, if it did
-    uncountable: str | None = None  # a results table named that is no queue the oracle counts
 
     def post_watch(self) -> str:
         """One phrase: how a settle sees the worker post (always a hint, never a verdict)."""
-        if self.results is not None and self.uncountable is None:
+        if self.results is not None:
             return f"posts counted on `{self.results.path}` (a hint for settles)"
-        if self.uncountable is not None:
-            return (
-                f"`{self.uncountable}` is no queue the oracle can count, so a settle "
-                "watches the worker thread go idle instead (a hint; the lookups judge)"
-            )
         return "no results queue found: a settle watches the worker thread go idle (a hint)"
 
     @property
@@ -207,7 +204,6 @@ def _explore_one(
 
 def _explore(manager: Any, shape: Shape, context: Callable[[str], Any], stub: _Stub) -> TablesUsed:
     named: list[Table] = []
-    uncountable: str | None = None
     for role in ROLES:
         path = shape.table(role)
         if not path:
@@ -224,7 +220,12 @@ def _explore(manager: Any, shape: Shape, context: Callable[[str], Any], stub: _S
         except TypeError as exc:
             raise ValueError(f"--tables {role}={path}: {exc}") from None
         if role == "results" and not is_queue(value):
-            uncountable = path
+            raise ValueError(
+                f"--tables results={path}: {type(manager).__name__}.{path} is a "
+                f"{type(value).__name__}, not a queue (put and get_nowait) whose puts the "
+                f"oracle can count; leave results out and a settle watches the worker "
+                f"thread go idle instead"
+            )
         named.append(Table(role, path, named=True))
     said = {role for role, _ in shape.tables}
     changed = threading.Condition()
@@ -255,13 +256,15 @@ def _explore(manager: Any, shape: Shape, context: Callable[[str], Any], stub: _S
             "no attribute of the class holds the looked-up key after lookup(): "
             "name its tables with --tables probes=...,index=...,batch=..."
         )
-    return TablesUsed(tables, results, reason, verdict, cleanup_error, uncountable)
+    return TablesUsed(tables, results, reason, verdict, cleanup_error)
 
 
 def _rest_of_life(manager: Any, shape: Shape, context: Callable[[str], Any]) -> str | None:
     """Drain and clean up the throwaway instance; what cleanup raised, if it did."""
     with contextlib.suppress(Exception):
         getattr(manager, shape.name("drain_results") or "drain_results")()
+    if shape.name("cleanup") is None:
+        return None  # --method cleanup=none
     try:
         arg = context(REQUEST) if shape.passes_context else REQUEST
         getattr(manager, shape.name("cleanup") or "cleanup")(arg)

@@ -56,10 +56,9 @@ from asynclookup.conformance.targets.shape import (
     Shape,
     fit_problem,
     load_verdicts,
-    make_shape,
-    split_spec,
 )
 from asynclookup.conformance.targets.tables import TablesUsed, explore, readable, resolve
+from asynclookup.conformance.targets.target import PREFIX, FuzzTarget
 from asynclookup.conformance.targets.threads import (
     WATCHED,
     IdleWatch,
@@ -71,7 +70,7 @@ from asynclookup.conformance.targets.threads import (
 from asynclookup.spec.errors import AsyncLookupError
 
 T = TypeVar("T")
-PREFIX = "impl:"  # how ``conformance.targets.load_target`` recognises a vLLM-shaped class
+__all__ = ["PREFIX"]  # re-exported: conformance.regression imports it from here
 
 
 class ManagerClosedError(AsyncLookupError, RuntimeError):
@@ -109,6 +108,11 @@ class Impl:
             if (name := self.shape.name(m)) and callable(getattr(self.cls, name, None))
         )
 
+    @property
+    def lacks(self) -> frozenset[str]:
+        """The calls vLLM's shape has that this class has not (``--method cleanup=none``)."""
+        return frozenset({"cleanup"}) if self.shape.name("cleanup") is None else frozenset()
+
 
 _LOADED: weakref.WeakKeyDictionary[type, dict[Shape, Impl]] = weakref.WeakKeyDictionary()
 
@@ -117,24 +121,32 @@ def impl_spec(
     impl: str, *, methods: str | Sequence[str] | Mapping[str, str] = (),
     cleanup_arg: str | None = None, verdicts: str | None = None,
     tables: str | Sequence[str] | Mapping[str, str] = (),
+    args: str | Sequence[str] | Mapping[str, Any] = (),
+    drain_before_lookup: bool = False,
 ) -> str:
-    """``MODULE:CLASS`` with the options that say its shape, as one target name."""
-    head, shape = split_spec(impl)
-    extra = make_shape(methods=methods, cleanup_arg=cleanup_arg, verdicts=verdicts, tables=tables)
-    merged = Shape(
-        methods=extra.methods or shape.methods, cleanup_arg=extra.cleanup_arg or shape.cleanup_arg,
-        verdicts=extra.verdicts or shape.verdicts, tables=extra.tables or shape.tables,
-    )
-    return head + merged.suffix()
+    """``FuzzTarget.impl(...).impl_text()``: the target's text after ``impl:`` (kept for
+    callers that still pass text; new code holds the ``FuzzTarget``)."""
+    return FuzzTarget.impl(
+        impl, methods=methods, cleanup_arg=cleanup_arg, verdicts=verdicts, tables=tables,
+        args=args, drain_before_lookup=drain_before_lookup,
+    ).impl_text()
 
 
-def load(spec: str) -> Impl:
-    """The class named ``MODULE:CLASS[;options]`` and its shape; ValueError (one line)
-    saying what is missing, and which option would fit, if it does not fit."""
-    head, shape = split_spec(spec)
-    module_name, _, attribute = head.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"--impl must be MODULE:CLASS, got {head!r}")
+def _impl_target(target: FuzzTarget | str) -> FuzzTarget:
+    """``target``, or the target of the text after ``impl:`` (``MODULE:CLASS;options``)."""
+    if isinstance(target, FuzzTarget):
+        if not target.is_impl:
+            raise ValueError(f"{target} is not a vLLM-shaped class (--impl)")
+        return target
+    return FuzzTarget.parse(target if target.startswith(PREFIX) else PREFIX + target)
+
+
+def load(target: FuzzTarget | str) -> Impl:
+    """The class of an ``impl`` target and its shape; ValueError (one line) saying what
+    is missing, and which option would fit, if it does not fit."""
+    target = _impl_target(target)
+    shape, head = target.shape, target.path
+    module_name, attribute = target.module, target.attribute
     try:
         module = import_user_module(module_name)
     except Exception as exc:
@@ -156,19 +168,19 @@ def load(spec: str) -> Impl:
     return known[shape]
 
 
-def load_impl(spec: str) -> type[Any]:
+def load_impl(target: FuzzTarget | str) -> type[Any]:
     """The class ``load`` loads (ValueError, one line, if it misfits)."""
-    return load(spec).cls
+    return load(target).cls
 
 
-def tables_used(spec: str) -> TablesUsed:
-    """Which tables the adapter of ``spec`` reads, and how each was chosen."""
-    return load(spec).tables
+def tables_used(target: FuzzTarget | str) -> TablesUsed:
+    """Which tables the adapter of ``target`` reads, and how each was chosen."""
+    return load(target).tables
 
 
-def impl_factory(spec: str) -> TargetFactory:
-    """A ``TargetFactory`` for the vLLM-shaped class ``MODULE:CLASS[;options]``."""
-    impl = load(spec)
+def impl_factory(target: FuzzTarget | str) -> TargetFactory:
+    """A ``TargetFactory`` for an ``impl`` target (or ``MODULE:CLASS[;options]``)."""
+    impl = load(target)
     # the IUT's warnings about the oracle's faulty tier answers are expected
     for klass in impl.cls.__mro__:
         if klass.__module__ not in ("builtins", "abc"):
@@ -205,7 +217,8 @@ def _find_tables(cls: type[Any], shape: Shape) -> TablesUsed:
     try:
         def build(answer: Callable[[Any], list[bool]]) -> Any:
             before = set(threading.enumerate())
-            manager = _routed(cls, shape, lambda keys, _ctx: answer(keys))("oracle")
+            routed = _routed(cls, shape, lambda keys, _ctx: answer(keys))
+            manager = routed("oracle", **shape.constructor_kwargs())
             for thread in set(threading.enumerate()) - before:
                 WATCHED[thread] = crashes.append
             return manager
@@ -260,6 +273,7 @@ class VllmAdapter:
         self.tier = tier
         self.impl = impl
         self.supports = impl.supports
+        self.lacks = impl.lacks
         self.worker_crash: str | None = None
         self._reported_crash = False
         self._closed = False
@@ -276,7 +290,7 @@ class VllmAdapter:
         if building is not None:
             building.append(self._release)
         try:
-            self.manager = routed("oracle")
+            self.manager = routed("oracle", **shape.constructor_kwargs())
         except BaseException:
             self._release()
             raise
@@ -308,6 +322,8 @@ class VllmAdapter:
     # -- scheduler calls ---------------------------------------------------------
 
     def lookup(self, key: bytes, request: str) -> bool | None:
+        if self.impl.shape.drain_before_lookup:  # the scheduler's duty (--drain-before-lookup)
+            self.drain_results()
         method = getattr(self.manager, self._names["lookup"])
         mapper = self.impl.verdicts
         if mapper is None:
@@ -321,6 +337,8 @@ class VllmAdapter:
         self._call(getattr(self.manager, self._names["flush"]))
 
     def cleanup(self, request: str) -> None:
+        if "cleanup" in self.lacks:  # never generated; a replay's is the IUT's misuse
+            raise NotImplementedError("the class has no cleanup (--method cleanup=none)")
         arg = ReqContext(request) if self.impl.shape.passes_context else request
         method = getattr(self.manager, self._names["cleanup"])
         self._call(lambda: method(arg))
