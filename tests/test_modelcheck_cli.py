@@ -42,7 +42,7 @@ def test_reductions_without_por_search_the_unreduced_count(
 
 
 def test_json_is_one_machine_readable_object(capsys: pytest.CaptureFixture[str]) -> None:
-    """--json prints one JSON object with the sizes, the verdict and the goals."""
+    """--json prints one JSON object with the sizes, the judgement and the goals."""
     code, out, _ = _run(capsys, *TINY, "--json")
     data = json.loads(out)
     assert code == 0 and data["verdict"] == "holds" and data["fixpoint"] is True

@@ -22,11 +22,11 @@ extracted with ``git archive``), at the same time as this tree's run, one
 process per core, so that old and new are measured under the same load; a
 configuration the old tree has no flag for runs in this tree only.
 
-    .venv/bin/python bench/model_check.py                 # the default set
-    .venv/bin/python bench/model_check.py --runs 3 2x2    # one configuration
-    .venv/bin/python bench/model_check.py --runs 1 --bounds 2x3
+    .venv/bin/python bench/modelcheck.py                 # the default set
+    .venv/bin/python bench/modelcheck.py --runs 3 2x2    # one configuration
+    .venv/bin/python bench/modelcheck.py --runs 1 --bounds 2x3
     mkdir /tmp/mc_prev && git archive c45d468 | tar -x -C /tmp/mc_prev
-    .venv/bin/python bench/model_check.py --runs 1 --old /tmp/mc_prev 2x2 2x2-no-por
+    .venv/bin/python bench/modelcheck.py --runs 1 --old /tmp/mc_prev 2x2 2x2-no-por
 
 What it does not do: assert anything (speed is not tested), or run in CI.
 """
@@ -119,7 +119,7 @@ def _start(flags: list[str], tree: Path) -> subprocess.Popen[str]:
 def _figures(process: subprocess.Popen[str]) -> dict[str, Any]:
     out, err = process.communicate()
     if process.returncode != 0:
-        raise SystemExit(f"bench/model_check.py: a search failed:\n{err}")
+        raise SystemExit(f"bench/modelcheck.py: a search failed:\n{err}")
     figures: dict[str, Any] = json.loads(out)
     return figures
 
