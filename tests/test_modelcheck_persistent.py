@@ -74,7 +74,7 @@ def test_report_gives_the_full_searchs_shortest_counterexample(name: str) -> Non
     assert "searched again without persistent sets" in _report.text(reduced, name, 0.0)
 
 
-def test_reduced_search_of_the_spec_keeps_every_verdict() -> None:
+def test_reduced_search_of_the_spec_judges_as_the_full_one() -> None:
     """On the spec the reduced search holds, reaches the full one's goals, and is smaller."""
     for bounds in (ONE_KEY, TWO_KEYS, Bounds(1, 2)):
         reduced, full = check(bounds), check(bounds, reductions=_off(TRANSITIONS))

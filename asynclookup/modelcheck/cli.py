@@ -110,7 +110,7 @@ def _progress_text(states: int, depth: int, elapsed: float) -> str:
 
 
 def run_model_check(args: argparse.Namespace) -> int:
-    """Run one search and print its report; the exit code says the verdict."""
+    """Run one search and print its report; the exit code says the judgement."""
     try:
         bounds = Bounds(
             keys=args.keys, requests=args.requests, batch_entries=args.batch_entries,

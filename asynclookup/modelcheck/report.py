@@ -219,8 +219,8 @@ def _research_lines(result: CheckResult) -> list[str]:
             f"(a limit stopped the search without them at {result.research_states:,} states)"]
 
 
-def verdict(result: CheckResult) -> str:
-    """holds, violation or incomplete."""
+def judgement(result: CheckResult) -> str:
+    """The search's judgement: holds, violation or incomplete (JSON key ``verdict``)."""
     if result.violation is not None:
         return "violation"
     return "holds" if result.fixpoint else "incomplete"
@@ -257,7 +257,7 @@ def as_json(result: CheckResult, variant: str | None, peak_mb: float) -> dict[st
         "seconds": round(result.seconds, 3),
         "states_per_second": round(result.states / result.seconds) if result.seconds else 0,
         "peak_memory_mb": round(peak_mb, 1),
-        "verdict": verdict(result),
+        "verdict": judgement(result),
         "sometimes": result.sometimes,
         "sometimes_impossible": {
             name: why for name in result.sometimes
