@@ -212,3 +212,87 @@ def test_one_exit_code_table() -> None:
             if any(name.startswith("EXIT_") for name in names):
                 owners.add(module)
     assert owners == {"asynclookup._cli"}, owners
+
+
+def _bare_exit_codes(source: str) -> list[str]:
+    """Exit codes written as integer literals: ``return N`` in a function annotated
+    ``-> int``, ``sys.exit(N)``, ``exit(N)`` or ``SystemExit(N)``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef) and node.returns is not None and (
+            ast.unparse(node.returns) == "int"
+        ):
+            found += [
+                f"line {r.lineno}: {ast.unparse(r)}" for r in ast.walk(node)
+                if isinstance(r, ast.Return) and isinstance(r.value, ast.Constant)
+                and type(r.value.value) is int
+            ]
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) in {
+            "sys.exit", "exit", "SystemExit"
+        } and any(isinstance(a, ast.Constant) and type(a.value) is int for a in node.args):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_every_command_exits_through_the_table() -> None:
+    """No command module writes an exit code as a number: every one is an EXIT_* name."""
+    commands = [m for m in MODULES if m == "asynclookup.cli" or m.endswith(".cli")]
+    assert {"asynclookup.cli", "asynclookup.modelcheck.cli", "asynclookup.trace.cli"} <= set(
+        commands
+    )
+    bare = {m: _bare_exit_codes(MODULES[m].read_text()) for m in commands}
+    assert {m: found for m, found in bare.items() if found} == {}
+
+
+def test_bare_exit_codes_are_found_in_a_planted_command() -> None:
+    """The exit-code check reports a literal return, sys.exit and SystemExit, not a table name."""
+    planted = (
+        "import sys\n"
+        "def run(args) -> int:\n"
+        "    if args:\n"
+        "        return 2\n"
+        "    return EXIT_HOLDS\n"
+        "def main() -> None:\n"
+        "    sys.exit(1)\n"
+        "def stop() -> None:\n"
+        "    raise SystemExit(3)\n"
+    )
+    assert _bare_exit_codes(planted) == [
+        "line 4: return 2", "line 7: sys.exit(1)", "line 9: SystemExit(3)"
+    ]
+
+
+def _nested_exceptions(source: str) -> list[str]:
+    """The classes of ``source`` nested in a function or a class whose bases read as
+    exceptions (a name ending in Error, Exception, Interrupt or Exit)."""
+    tree = ast.parse(source)
+    top = {id(node) for node in tree.body}
+    nested = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and id(node) not in top:
+            bases = [ast.unparse(b).rsplit(".", 1)[-1] for b in node.bases]
+            if any(b.endswith(("Error", "Exception", "Interrupt", "Exit")) for b in bases):
+                nested.append(node.name)
+    return nested
+
+
+def test_no_exception_class_is_defined_inside_a_function_or_class() -> None:
+    """Every exception class is a module's own (so the root check above imports and sees it):
+    none is nested in a function or a class, where no import reaches it."""
+    nested = {
+        module: _nested_exceptions(path.read_text()) for module, path in MODULES.items()
+        if _part(module) != "asynclookup.reference"
+    }
+    assert {m: found for m, found in nested.items() if found} == {}
+
+
+def test_nested_exceptions_are_found_in_a_planted_module() -> None:
+    """The nesting check reports an exception class inside a function, not a module's own."""
+    planted = (
+        "class Top(ValueError): ...\n"
+        "def parse() -> None:\n"
+        "    class _BadArgument(ValueError): ...\n"
+        "class Machine:\n"
+        "    class Helper: ...\n"
+    )
+    assert _nested_exceptions(planted) == ["_BadArgument"]
