@@ -15,6 +15,8 @@ from tests.redis_server import RedisServer
 
 FLUSH = "tests.mutants_reference:FlushWithoutRevalidation"
 DRAIN = "tests.mutants_reference:DrainWithoutGenerationCheck"
+SIZED = ["--impl", "tests.shapes.sized:SizedPool"]  # its constructor takes n_lookup_threads
+OWN = "tests.shapes.own_names:OwnNames"
 
 
 def fuzz(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -76,6 +78,28 @@ def test_replay_out_writes_a_pytest_file(
         (["--replay-out", "/no/such/dir/x.py"], "--replay-out"),
         (["--db", "redis://127.0.0.1:1/0"], "--db"),
         (["--tier", "redis", "--redis-url", "redis://127.0.0.1:1/0"], "--tier redis"),
+        # the options of --impl (docs/oracle.md, "Shapes near vLLM's")
+        (["--impl-arg", "n=1"], "--impl-arg is an option of --impl"),
+        (["--drain-before-lookup"], "--drain-before-lookup is an option of --impl"),
+        ([*SIZED, "--impl-arg", "n_lookup_threads=x"],
+         "x is not a Python literal (a string is quoted: n_lookup_threads='x')"),
+        ([*SIZED, "--impl-arg", "n_lookup_threads"], "'n_lookup_threads' is not NAME=VALUE"),
+        ([*SIZED, "--impl-arg", "tier_type='x'"], "'tier_type' is not a keyword argument"),
+        ([*SIZED, "--impl-arg", "n_lookup_threads=1", "--impl-arg", "n_lookup_threads=2"],
+         "--impl-arg: n_lookup_threads given twice"),
+        ([*SIZED, "--impl-arg", "n_lookup_threads=float('nan')"], "is not a Python literal"),
+        (SIZED, "give --impl-arg n_lookup_threads=VALUE"),
+        ([*SIZED, "--impl-arg", "n_lookup_threads=0"], "SizedPool('oracle', n_lookup_threads=0) "
+         "raised ValueError: n_lookup_threads must be a positive int, not 0"),
+        (["--impl", "tests.shapes.no_cleanup:NoCleanup"],
+         "has no method cleanup (or --method cleanup=none if it has no such call)"),
+        (["--impl", "tests.shapes.no_cleanup:NoCleanup", "--method", "cleanup=none",
+          "--cleanup-arg", "context"], "--cleanup-arg: the class has no cleanup"),
+        (["--impl", OWN, "--method", "flush=none"], "flush is required, it cannot be none"),
+        (["--impl", OWN, "--tables", "results=_by_request"],
+         "--tables results=_by_request: OwnNames._by_request is a dict, not a queue"),
+        ([*SIZED, "--impl-arg", "n_lookup_threads=1", "--regression-out", "x.py"],
+         "--regression-out does not yet write classes that need --impl-arg"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(

@@ -1,4 +1,5 @@
-"""Shapes near vLLM's, without an adapter: --method, --cleanup-arg, --verdicts, worker pools.
+"""Shapes near vLLM's, without an adapter: --method, --cleanup-arg, --verdicts, worker pools,
+classes without cleanup(), constructor arguments (--impl-arg), a drain before each lookup.
 
 Each shape of ``tests/shapes/`` has a correct class, which passes with every
 fault and strict efficiency, and a class with one planted bug, which is killed
@@ -25,6 +26,7 @@ from asynclookup.conformance.targets.adapter import Plan
 from asynclookup.conformance.targets.threads import hook_users
 from asynclookup.conformance.targets.vllm import impl_factory, impl_spec
 from asynclookup.conformance.testcase import conformance_test_case, first_violation
+from tests.shapes.all_renamed import EVERY_NAME
 from tests.shapes.pool import PooledWithoutJoin
 
 SEEDS = (0, 1, 2, 3, 4)
@@ -45,6 +47,16 @@ SHAPES: dict[str, tuple[str, str, dict[str, Any], set[int]]] = {
              {"verdicts": "tests.shapes.verdicts:int_to_bool"}, {1}),
     # the keys zip drops stay IN_FLIGHT: never delivered (6), or left once all cleaned up (5)
     "pool": ("pool:Pooled", "pool:PooledZipTruncates", {}, {6, 5}),
+    # no cleanup: a result mark_present made stale still lands (2); the correct class
+    # passing also shows that no cleanup was generated (its adapter would raise: 7)
+    "no-cleanup": ("no_cleanup:NoCleanup", "no_cleanup:NoCleanupAppliesByKey",
+                   {"methods": "cleanup=none"}, {2}),
+    # a pool size given to the constructor; one thread, so the twin's zip bug is 6 (or 5)
+    "sized": ("sized:SizedPool", "sized:SizedPoolZipTruncates",
+              {"args": {"n_lookup_threads": 1}}, {6, 5}),
+    # the scheduler drains before each lookup; the twin applies results by key (2)
+    "drained": ("drained:NeedsDrain", "drained:NeedsDrainAppliesByKey",
+                {"drain_before_lookup": True}, {2}),
 }
 
 
@@ -212,6 +224,18 @@ def test_options_travel_with_the_target_into_replays() -> None:
     ("own_names:OwnNames", ("--method", "lookup=none"), "lookup is required"),
     ("own_names:OwnNames", ("--method", "lookup=flush"),
      "OwnNames.flush would be both lookup and flush"),
+    ("no_cleanup:NoCleanup", (),
+     "NoCleanup has no method cleanup (or --method cleanup=none if it has no such call)"),
+    ("sized:SizedPool", (), "SizedPool cannot be constructed with one argument (tier_type: "
+     "str): missing a required argument: 'n_lookup_threads': give --impl-arg "
+     "n_lookup_threads=VALUE"),
+    # the hint names every call the class renames, those already given too: one option
+    ("all_renamed:AllRenamed", ("--method", "lookup=query,flush=end_step"),
+     f"try --method {EVERY_NAME} (or --method cleanup=none,mark_miss=none,mark_present=none"),
+    ("all_renamed:AllRenamed", ("--method", "lookup=query,flush=end_step,cleanup=release,"
+                                "drain_results=collect,shutdown=close,mark_miss=invalidate"),
+     f"has no method batch_lookup, mark_present; it has probe_batch, mark_stored: "
+     f"try --method {EVERY_NAME} (or --method mark_present=none"),
 ])
 def test_a_class_that_does_not_fit_exits_2_with_the_option_that_would(
     capsys: pytest.CaptureFixture[str], impl: str, options: tuple[str, ...], said: str
@@ -251,6 +275,66 @@ def test_cli_runs_a_renamed_context_enum_class(capsys: pytest.CaptureFixture[str
         "cleanup-arg=context" in out
 
 
+def test_a_class_that_drains_only_when_told_is_property_6_without_the_option() -> None:
+    """NeedsDrain's lookup never applies posted results; the protocol's first lookup after
+    a flush does, so without --drain-before-lookup a verdict the worker's next tier call
+    proves posted is missing (property 6); with it the class passes (SHAPES)."""
+    error = _kill(_spec("drained:NeedsDrain", {}), wanted={6})
+    assert error is not None and error.violation.number == 6, str(error)
+
+
+def test_the_drain_before_lookup_is_made_by_the_adapter() -> None:
+    """With --drain-before-lookup a posted verdict shows at the next lookup, no re-ask."""
+    spec = _spec("drained:NeedsDrain", {"drain_before_lookup": True})
+    driver = Driver(impl_factory(spec), mode="threaded")
+    try:
+        driver.lookup(b"k0", "A")
+        driver.flush()
+        driver.catch_up([Plan("proper", (True, True, True))])
+        manager = driver.target.manager  # type: ignore[attr-defined]
+        assert manager._done.qsize() == 1  # posted, not applied: the class's flush drained
+        driver.lookup(b"k0", "A")
+        assert driver.calls[-1].text == "lookup(b'k0', 'A') -> True"
+    finally:
+        driver.close()
+
+
+def test_a_class_without_cleanup_is_never_sent_one_and_the_report_says_what_is_lost(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--method cleanup=none: no cleanup is generated (the JSON's not_generated), and the
+    coverage line names the properties a run without cleanups cannot check."""
+    argv = ("--impl", "tests.shapes.no_cleanup:NoCleanup", "--method", "cleanup=none",
+            "--examples", "15", "--seed", "0")
+    code, out, _ = _fuzz(capsys, *argv, "--json")
+    assert code == 0 and "cleanup" in json.loads(out)["not_generated"]
+    code, out, _ = _fuzz(capsys, *argv)
+    assert code == 0
+    assert "not generated: cleanup, calls after shutdown(); without cleanup() properties 4 " \
+        "and 5 go unchecked" in out
+
+
+def test_constructor_arguments_travel_into_replays() -> None:
+    """A kill of a class built with --impl-arg replays with the same arguments: its
+    target's text parses back to it, and the replay breaks the same property."""
+    from asynclookup.conformance.targets.target import FuzzTarget
+
+    error = _kill(_spec("sized:SizedPoolZipTruncates", {"args": {"n_lookup_threads": 1}}))
+    assert error is not None
+    target = error.config["target"]
+    assert FuzzTarget.parse(str(target)) == target
+    assert target.shape.constructor_kwargs() == {"n_lookup_threads": 1}
+    steps = [(c.method, c.args) for c in error.calls]
+    again = next((e for _ in range(5) if (e := replay(error.config, steps)) is not None), None)
+    assert again is not None and again.violation.number == error.violation.number
+
+
+def test_a_renamed_class_passes_with_the_hint_it_was_given() -> None:
+    """AllRenamed, run with the --method the misfit line suggested, passes."""
+    spec = _spec("all_renamed:AllRenamed", {"methods": EVERY_NAME})
+    assert first_violation(spec, seed=1, examples=40, faults="all") is None
+
+
 def test_test_case_takes_the_shape_options() -> None:
     """conformance_test_case takes methods / cleanup_arg / verdicts / tables like the CLI."""
     passing = conformance_test_case("tests.shapes.verdicts:EnumVerdicts", verdicts=TO_BOOL,
@@ -264,6 +348,11 @@ def test_test_case_takes_the_shape_options() -> None:
     assert len(failures) == 1 and "property 3" in failures[0][1]
     with pytest.raises(ValueError, match="try --method mark_miss=invalidate"):
         conformance_test_case("tests.shapes.renamed:Invalidating")
+    sized = conformance_test_case("tests.shapes.sized:SizedPool", examples=10, seed=1,
+                                  impl_args={"n_lookup_threads": 2})
+    drained = conformance_test_case("tests.shapes.drained:NeedsDrain", examples=10, seed=1,
+                                    drain_before_lookup=True)
+    assert _outcome(sized).wasSuccessful() and _outcome(drained).wasSuccessful()
 
 
 def test_excepthook_is_restored_after_a_run() -> None:

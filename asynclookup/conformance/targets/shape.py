@@ -249,8 +249,11 @@ def make_shape(
         module, _, func = verdicts.partition(":")
         if not module or not func or ";" in verdicts:
             raise ValueError(f"--verdicts: want MODULE:FUNC, got {verdicts!r}")
+    named = parse_methods(methods) if methods else ()
+    if cleanup_arg is not None and dict(named).get("cleanup") == NONE:
+        raise ValueError("--cleanup-arg: the class has no cleanup (--method cleanup=none)")
     return Shape(
-        methods=parse_methods(methods) if methods else (),
+        methods=named,
         cleanup_arg=cleanup_arg,
         verdicts=verdicts,
         tables=parse_tables(tables) if tables else (),
@@ -347,7 +350,9 @@ def _missing(cls: type, shape: Shape, missing: list[str]) -> str:
     fits = [(m, c[0]) for m in missing if (c := _candidates(cls, shape, m))]
     if fits:
         has = ", ".join(name for _, name in fits)
-        text += f"; it has {has}: try --method {','.join(f'{m}={n}' for m, n in fits)}"
+        whole = {**said, **dict(fits)}  # the names already given too: one option to paste
+        pairs = ",".join(f"{m}={whole[m]}" for m in METHODS if m in whole)
+        text += f"; it has {has}: try --method {pairs}"
     optional = [m for m in missing if m in MAY_LACK and m not in said]
     if optional:
         text += f" (or --method {','.join(f'{m}={NONE}' for m in optional)} if it has no such call)"
@@ -388,9 +393,9 @@ def _candidates(cls: type, shape: Shape, method: str) -> list[str]:
 
 def _cleanup_problem(cls: type, shape: Shape) -> str | None:
     """A cleanup whose parameter is named like a context, when --cleanup-arg is not said."""
-    if shape.cleanup_arg is not None:
+    name = shape.name("cleanup")
+    if shape.cleanup_arg is not None or name is None:
         return None
-    name = shape.name("cleanup") or "cleanup"
     try:
         params = list(inspect.signature(getattr(cls, name)).parameters.values())
     except (TypeError, ValueError):

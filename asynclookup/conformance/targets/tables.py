@@ -65,6 +65,7 @@ class TablesUsed:
     reason: str | None = None  # why a role has no table, when it has none
     first_verdict: object = None  # what lookup answered for a key never looked up
     cleanup_error: str | None = None  # what cleanup raised, if it did
+    build_error: str | None = None  # what the constructor raised, if it did
 
     def post_watch(self) -> str:
         """One phrase: how a settle sees the worker post (always a hint, never a verdict)."""
@@ -194,7 +195,8 @@ def _explore_one(
     try:
         manager = build(stub.answer)
     except Exception as exc:
-        return TablesUsed(reason=f"building one instance to find its tables raised {_one(exc)}")
+        return TablesUsed(reason=f"building one instance to find its tables raised {_one(exc)}",
+                          build_error=_one(exc))
     try:
         return _explore(manager, shape, context, stub)
     finally:
@@ -214,14 +216,14 @@ def _explore(manager: Any, shape: Shape, context: Callable[[str], Any], stub: _S
                 readable(value)
         except AttributeError:
             raise ValueError(
-                f"--tables {role}={path}: {type(manager).__name__} has no attribute {path} "
+                f"--tables {role}={path}: {_class_name(manager)} has no attribute {path} "
                 f"(it has {', '.join(_tables_of(manager)) or 'no tables'})"
             ) from None
         except TypeError as exc:
             raise ValueError(f"--tables {role}={path}: {exc}") from None
         if role == "results" and not is_queue(value):
             raise ValueError(
-                f"--tables results={path}: {type(manager).__name__}.{path} is a "
+                f"--tables results={path}: {_class_name(manager)}.{path} is a "
                 f"{type(value).__name__}, not a queue (put and get_nowait) whose puts the "
                 f"oracle can count; leave results out and a settle watches the worker "
                 f"thread go idle instead"
@@ -385,6 +387,14 @@ def _results_queue(
             changed.wait_for(posted, TIER_WAIT)
     found = posted()
     return Table("results", found[0], named=False) if len(found) == 1 else None
+
+
+def _class_name(manager: Any) -> str:
+    """The user's class's name (not that of the oracle's subclass routing its tier)."""
+    cls = type(manager)
+    if cls.__module__.startswith("asynclookup.") and len(cls.__mro__) > 1:
+        return cls.__mro__[1].__name__
+    return cls.__name__
 
 
 def _one(exc: BaseException) -> str:

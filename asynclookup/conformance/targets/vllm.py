@@ -232,7 +232,13 @@ def _check_answers(
     head: str, cls: type[Any], shape: Shape, tables: TablesUsed,
     verdicts: Callable[[Any], Any] | None,
 ) -> None:
-    """Misfits only an instance shows: lookup's vocabulary, what cleanup takes."""
+    """Misfits only an instance shows: a constructor that raises, lookup's vocabulary,
+    what cleanup takes."""
+    if tables.build_error is not None:
+        args = "".join(f", {k}={v}" for k, v in shape.args)
+        hint = "" if shape.args else " (does it take more? give them with --impl-arg NAME=VALUE)"
+        raise ValueError(f"--impl {head}: {cls.__name__}('oracle'{args}) raised "
+                         f"{tables.build_error}{hint}")
     first = tables.first_verdict
     if verdicts is None and first is not None and not isinstance(first, bool):
         raise ValueError(
