@@ -1,6 +1,6 @@
 """Benchmark: check-trace throughput and memory, side by side with the previous engine.
 
-Subcommands (``all`` runs generate, engines, jobs and overhead in order):
+Subcommands (``all`` runs generate, ratio, engines, jobs and overhead in order):
 
 - ``generate``: writes a long conforming trace by recording the reference in
   stepped mode (so ``worker_steps`` is true) on a loop of scheduler steps over
@@ -16,6 +16,10 @@ Subcommands (``all`` runs generate, engines, jobs and overhead in order):
   of the engine at commit ``PREVIOUS`` (extracted with ``git archive`` into a
   temporary directory; the checkout is untouched) and of this one,
   alternating, ``--runs`` times each: median events/s, ratio, peak RSS.
+- ``ratio``: for each trace, in child processes, alternating ``--runs`` times:
+  a bare pass of ``json.loads`` on each line (the floor of issue 23) and the
+  check with each parser (``--parsers json,orjson``): median lines/s and
+  events/s of CPU time, the ratio of each check to the bare pass, peak RSS.
 - ``jobs``: one pass and ``asynclookup.trace.split.parallel`` with 2 processes
   (what ``check-trace --jobs 2`` runs), in child processes, alternating
   ``--runs`` times: median wall time, and the CPU time of the longest chunk
@@ -307,6 +311,65 @@ def jobs(path: Path, runs: int, counts: tuple[int, ...] = (1, 2)) -> list[str]:
     return rows
 
 
+# One pass in a child process: ``json.loads`` on each line (the floor the checker is
+# measured against), or the check with a parser; CPU seconds and the child's peak RSS.
+_RATIO_CHILD = """
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[1])
+from asynclookup.trace.check import check_lines
+what, path = sys.argv[2], sys.argv[3]
+with open(path, "rb") as f:
+    started = time.process_time()
+    if what == "loads":
+        n = 0
+        for line in f:
+            json.loads(line)
+            n += 1
+        result, events = "parsed", n - 1
+    else:
+        outcome = check_lines(f, parser=what)
+        result, events = outcome.result, outcome.events
+    cpu = time.process_time() - started
+print(json.dumps({"events": events, "cpu": cpu, "result": result,
+                  "rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def ratio(paths: list[Path], runs: int, parsers: tuple[str, ...]) -> list[str]:
+    """For each trace, in child processes, alternating ``runs`` times: a bare pass of
+    ``json.loads`` on each line and the check with each parser.  Median lines/s and
+    events/s (CPU time), the ratio of each check's median to the bare pass's, peak RSS."""
+    rows = []
+    for path in paths:
+        got: dict[str, list[dict[str, Any]]] = {w: [] for w in ("loads", *parsers)}
+        for _ in range(runs):
+            for what in got:
+                done = subprocess.run(
+                    [sys.executable, "-c", _RATIO_CHILD, str(ROOT), what, str(path)],
+                    cwd=ROOT, check=True, capture_output=True, text=True,
+                )
+                got[what].append(json.loads(done.stdout))
+        rate = {w: statistics.median(s["events"] / s["cpu"] for s in got[w]) for w in got}
+        cells = [f"{rate['loads']:,.0f}"]
+        for parser in parsers:
+            peak = max(s["rss_kib"] for s in got[parser]) / 1024
+            cells += [f"{rate[parser]:,.0f}", f"**{rate[parser] / rate['loads']:.2f}**",
+                      f"{peak:.1f}"]
+        results = "/".join(sorted({s["result"] for p in parsers for s in got[p]}))
+        rows.append(f"| {path.name} | {got['loads'][0]['events']:,} | {' | '.join(cells)} | "
+                    f"{results} |")
+        print(rows[-1], flush=True)
+    return rows
+
+
+def ratio_head(parsers: tuple[str, ...]) -> str:
+    cells = "".join(
+        f" check, {p} (events/s) | ratio | peak RSS {p} (MiB) |" for p in parsers
+    )
+    return (f"| trace | events | json.loads per line (lines/s) |{cells} result |\n"
+            f"|---|---:|---:|{'---:|---:|---:|' * len(parsers)}---|")
+
+
 def _per_call_ns(call: Any, n: int, runs: int) -> float:
     """Median over ``runs`` of the calling thread's CPU time per call, in ns."""
     samples = []
@@ -401,6 +464,11 @@ def main() -> None:
     e = sub.add_parser("engines", help="the previous engine and this one, side by side")
     e.add_argument("files", type=Path, nargs="+")
     e.add_argument("--runs", type=int, default=3)
+    r = sub.add_parser("ratio", help="the check against json.loads on each line, side by side")
+    r.add_argument("files", type=Path, nargs="+")
+    r.add_argument("--runs", type=int, default=5)
+    r.add_argument("--parsers", default="json,orjson",
+                   help="comma-separated parsers to check with (default: json,orjson)")
     j = sub.add_parser("jobs", help="one pass and 2 processes: wall and CPU time")
     j.add_argument("file", type=Path)
     j.add_argument("--runs", type=int, default=3)
@@ -425,6 +493,10 @@ def main() -> None:
     elif args.command == "engines":
         print(ENGINES_HEAD)
         engines(args.files, args.runs)
+    elif args.command == "ratio":
+        parsers = tuple(args.parsers.split(","))
+        print(ratio_head(parsers))
+        ratio(args.files, args.runs, parsers)
     elif args.command == "jobs":
         print(JOBS_HEAD)
         jobs(args.file, args.runs)
@@ -439,6 +511,8 @@ def main() -> None:
         vllm = args.dir / f"vllm-{args.events // 10}.jsonl"
         generate(reference, args.events, vllm=False)
         generate(vllm, args.events // 10, vllm=True)
+        print(ratio_head(("json", "orjson")))
+        ratio([reference, vllm], args.runs, ("json", "orjson"))
         print(ENGINES_HEAD)
         engines([reference, vllm], args.runs)
         print(JOBS_HEAD)

@@ -23,7 +23,10 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "asynclookup.spec", "asynclookup.observe", "asynclookup.reference", "asynclookup._cli",
         "hypothesis", "redis",
     ),
-    "asynclookup.trace": ("asynclookup.spec", "asynclookup.observe", "asynclookup._cli"),
+    # orjson: the optional ``fast`` extra (check-trace --parser orjson)
+    "asynclookup.trace": (
+        "asynclookup.spec", "asynclookup.observe", "asynclookup._cli", "orjson",
+    ),
     "asynclookup._cli": ("asynclookup.spec",),
     "asynclookup.examples": (),  # example classes for a first run: standard library only
 }

@@ -11,7 +11,8 @@ import pytest
 from asynclookup.observe.engine import Checker
 from asynclookup.trace.check import TRIM_EVERY, TraceChecker, check_lines
 from asynclookup.trace.cli import run
-from asynclookup.trace.format import Header, TraceEvent, read_trace
+from asynclookup.trace.format import Header, TraceEvent
+from asynclookup.trace.reader import read_trace
 
 TRACES = Path(__file__).parent / "traces"
 HEADER = {"format": "asynclookup-trace", "version": 1, "recorder": "t", "worker_steps": False}

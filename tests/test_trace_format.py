@@ -12,17 +12,16 @@ from typing import Any
 
 import pytest
 
-from asynclookup.trace import format as format_module
+from asynclookup.trace import reader as reader_module
 from asynclookup.trace.cli import run
 from asynclookup.trace.format import (
     EVENTS,
     Header,
     TraceEvent,
     TraceFormatError,
-    _fast_event,
     parse_event,
-    read_trace,
 )
+from asynclookup.trace.reader import _fast_event, read_trace
 from asynclookup.trace.schema import build_schema, schema_text
 
 HEADER = (
@@ -271,12 +270,12 @@ def test_the_parser_comparison_sees_a_planted_difference(monkeypatch: pytest.Mon
     """A fast path that accepted a verdict the full parser rejects fails the comparison."""
     obj = {"seq": 5, "thread": "t", "event": "result_applied", "key": "6b", "generation": 1,
            "verdict": None}
-    monkeypatch.setitem(format_module._HOT, "result_applied", (6, _lenient_applied))
+    monkeypatch.setitem(reader_module._HOT, "result_applied", _lenient_applied)
     with pytest.raises(TraceFormatError):
         parse_event(9, dict(obj))
     assert _fast_event(9, dict(obj)) is not None  # so the comparison above would catch it
 
 
-def _lenient_applied(line_no: int, obj: dict[str, Any], seq: int, kind: str, thread: str
-                     ) -> TraceEvent:
-    return TraceEvent(line_no, seq, kind, thread, {"key": b"k", "generation": 1, "verdict": None})
+def _lenient_applied(line_no: int, obj: dict[str, Any], new: Any) -> TraceEvent:
+    return TraceEvent(line_no, 5, "result_applied", "t", {"key": b"k", "generation": 1,
+                                                          "verdict": None})

@@ -219,6 +219,10 @@ class FastChecker(Notes):
     ) -> Violation | None:
         """``lookup(key, request)`` returned ``verdict``, with or without an early drain."""
         h = self._solo()
+        if h is not None and h[6] and h[7] and _explains(self.base, h[6], key, verdict):
+            self._note_stale_results()  # a drain is due: apply what was posted first
+            self._apply_in_place(h[6])
+            h = self.hyps[0] = ({}, *h[1:6], (), False)
         if h is not None and not h[6]:  # one state, nothing posted: no early drain to consider
             base = self.base
             p = base.get(key)
@@ -254,16 +258,16 @@ class FastChecker(Notes):
 
     def flush(self, obs: Any = None) -> Violation | None:
         """``flush()`` returned: apply posted results, submit the live part of the batch."""
-        self._note_stale_results()
-        get = self._get
-        self._note_flush({
-            (e[0], e[1]) for h in self.hyps for e in h[2]
-            if (p := get(h[0], e[0])) is None or p[0] != e[2]
-        })
         h = self._solo()
         if h is not None:  # one state: a flush is always enabled, so step it in place
             base = self.base
-            self._apply_in_place(h[6])
+            if h[6]:
+                self._note_stale_results()
+            self._note_flush({  # before the posted results are applied, as the engine does
+                (e[0], e[1]) for e in h[2] if (p := base.get(e[0])) is None or p[0] != e[2]
+            })
+            if h[6]:
+                self._apply_in_place(h[6])
             submitted = []
             for entry in h[2]:
                 p = base.get(entry[0])
@@ -273,6 +277,12 @@ class FastChecker(Notes):
             queue = (*h[3], tuple(submitted)) if submitted else h[3]
             self.hyps[0] = ({}, h[1], (), queue, h[4], h[5], (), True)
             return None
+        self._note_stale_results()
+        get = self._get
+        self._note_flush({
+            (e[0], e[1]) for h in self.hyps for e in h[2]
+            if (p := get(h[0], e[0])) is None or p[0] != e[2]
+        })
         out = [(self._flush(h), tag) for h, tag in zip(self.hyps, self.tags, strict=True)]
         return self._commit(out, obs, oracle.FlushSeen)
 
@@ -375,6 +385,24 @@ class FastChecker(Notes):
             if (nxt := _post(h)) is not None
         ]
         return self._commit(out, obs, lambda: oracle.PostSeen(True))
+
+    def answered(self, keys: tuple[bytes, ...], request: str, values: tuple[bool, ...]
+                 ) -> Violation | None:
+        """A tier call of the worker that got a proper answer (one bool per key, in order):
+        ``tier_call`` with ``Answer(values)``, the one state's held group stepped in place
+        when it is exactly the call's."""
+        h = self._solo()
+        if h is not None:
+            held, n = h[4], len(keys)
+            if len(held) == n and all(e[1] == request for e in held):
+                gens = {e[0]: e[2] for e in held}
+                if len(gens) == n and all(k in gens for k in keys):  # so no key twice
+                    results = tuple(
+                        (k, gens[k], v) for k, v in zip(keys, values, strict=True)
+                    )
+                    self.hyps[0] = (h[0], h[1], h[2], h[3], (), h[5] + results, h[6], h[7])
+                    return None
+        return self.tier_call(keys, request, oracle.Answer(values))
 
     def tier_call(
         self, keys: tuple[bytes, ...], request: str, answer: oracle.Answer, obs: Any = None
@@ -763,6 +791,16 @@ def seeded_engine(fast: FastChecker) -> oracle.Checker:
 def _concrete(h: H) -> tuple[Any, ...]:
     """State ``h`` but its next generation: equal ones explain the same futures."""
     return (frozenset(h[0].items()), h[2], h[3], h[4], h[5], h[6], h[7])
+
+
+def _explains(base: dict[bytes, P], posted: tuple[Any, ...], key: bytes, verdict: object) -> bool:
+    """Whether the one state ``base`` with ``posted`` applied answers a lookup of ``key``
+    with ``verdict`` (``_apply_posted`` on that key alone)."""
+    p: P | None = base.get(key)
+    for k, generation, value in posted:
+        if k == key and p is not None and p[0] == generation:
+            p = (p[0], RESOLVED, value, p[3]) if p[3] else None
+    return verdict is (None if p is None else p[2])
 
 
 def _take(h: H) -> H | None:

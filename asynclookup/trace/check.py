@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -70,19 +70,16 @@ from asynclookup.trace.format import (
     Header,
     TraceEvent,
     TraceFormatError,
-    read_trace,
 )
+from asynclookup.trace.format import CheckLimitError as CheckLimitError  # its public home
+from asynclookup.trace.hot import PRUNE_EVERY, feed_blocks
+from asynclookup.trace.reader import Blocks
 
 Efficiency = Literal["fail", "warn"]
 EngineName = Literal["fast", "old"]
 ENGINES: tuple[EngineName, ...] = ("fast", "old")
 TRIM_EVERY = 1024  # feeds between trims of the engine's history
-PRUNE_EVERY = 16384  # feeds between prunes of the engine's per-probe notes
 ANCHORS_KEPT = 4096  # recent quiescent points remembered for excerpts
-
-class CheckLimitError(TraceFormatError):
-    """The engine's bound on possible states was exceeded: this trace cannot be judged."""
-
 
 @dataclass(frozen=True)
 class Found(Finding):
@@ -116,13 +113,20 @@ class TraceChecker:
         self.restarts = 0  # quiescent points the check restarted from
         self.last_restart = 0  # the line of the last of them
         self._last_flush: int | None = None
-        self._fed = 0
-        self._handlers = {
+        self.fed = 0
+        self._handlers: dict[str, Callable[[TraceEvent, FastChecker], Any]] = {
             "lookup_returned": self._lookup_returned, "tier_call_finished": self._tier_call,
             "flush": self._flush, "cleanup": self._cleanup, "drain": self._drain,
             "mark_miss": self._mark_miss, "mark_present": self._mark_present,
             "take_batch": self._worker_step, "post": self._worker_step,
-        }  # the result_* events never get here (``feed`` decides them first)
+        }
+        # kind -> what ``feed`` calls; ``_general`` for the others
+        self._on: dict[str, Callable[[TraceEvent], Found | None]] = {
+            kind: self._internal for kind in INTERNAL_EVENTS
+        }
+        self._on.update(lookup_called=self._called, tier_call_started=self._started)
+        if engine == "fast":
+            self._on.update((kind, self._hot) for kind in self._handlers)
 
     def _new_engine(self) -> Engine:
         """A fresh engine (at the start, and at each quiescent point)."""
@@ -142,10 +146,47 @@ class TraceChecker:
         """
         if self.found is not None:
             return self.found
+        kind = event[2]
+        counts = self.counts
+        counts[kind] = counts.get(kind, 0) + 1
+        return self._on.get(kind, self._general)(event)
+
+    # The commonest kinds, decided before the general path when they can be: the result_*
+    # events no engine sees (form only), the opening halves of the two-line events when
+    # nothing is open, and the fast engine's steps called with raw values.
+
+    def _internal(self, event: TraceEvent) -> None:
+        return None
+
+    def _called(self, event: TraceEvent) -> Found | None:
+        if event[3] in self.open_lookups:
+            return self._general(event)  # a second open lookup: the pairing error
+        self.open_lookups[event[3]] = event
+        return None
+
+    def _started(self, event: TraceEvent) -> Found | None:
+        if event[3] in self.open_calls:
+            return self._general(event)
+        self.open_calls[event[3]] = event
+        return None
+
+    def _hot(self, event: TraceEvent) -> Found | None:
+        """A kind the fast engine steps with raw values (``_handlers``)."""
+        fast = self.fast
+        if fast is None or fast.stopped or "error" in event[4]:
+            return self._general(event)
+        warned = len(fast.warnings)
+        try:
+            violation = self._handlers[event[2]](event, fast)
+        except OracleLimitError as exc:
+            raise CheckLimitError(event.line, f"cannot check this trace: {exc}") from None
+        if violation is False:
+            return None
+        return self.judged(event, violation, warned)
+
+    def _general(self, event: TraceEvent) -> Found | None:
+        """Any event, through the one mapping of events to observations."""
         kind = event.kind
-        self.counts[kind] += 1
-        # the commonest lines that no engine sees, decided here: the result_* events (form
-        # only) and the opening halves of the two-line events (when nothing is open)
         if kind in INTERNAL_EVENTS:
             return None
         if kind == "lookup_called" and event.thread not in self.open_lookups:
@@ -154,30 +195,19 @@ class TraceChecker:
         if kind == "tier_call_started" and event.thread not in self.open_calls:
             self.open_calls[event.thread] = event
             return None
-        fast = self.fast
         warned = len(self.engine.warnings)
-        violation: Violation | bool | None
         try:
-            if fast is not None:
-                handler = self._handlers.get(event.kind)
-                if handler is None or fast.stopped or "error" in event.data:
-                    obs = self._observation(event)  # the one mapping of events to observations
-                    violation = None if obs is None else fast.observe(obs)
-                    if obs is None:
-                        return None
-                else:  # a hot kind: the engine's step with raw values
-                    violation = handler(event, fast)
-                    if violation is False:
-                        return None
-            else:
-                obs = self._observation(event)
-                if obs is None:
-                    return None
-                violation = self.engine.observe(obs)
+            obs = self._observation(event)
+            if obs is None:
+                return None
+            violation = self.engine.observe(obs)
         except OracleLimitError as exc:
             raise CheckLimitError(event.line, f"cannot check this trace: {exc}") from None
+        return self.judged(event, violation, warned)
+
+    def judged(self, event: TraceEvent, violation: Violation | None, warned: int) -> Found | None:
+        """After the engine took ``event``: its violation, a new warning, or the bookkeeping."""
         if violation is not None:
-            assert not isinstance(violation, bool)
             self.found = Found(violation.number, violation.detail, event)
             return self.found
         if len(self.engine.warnings) > warned:
@@ -286,6 +316,9 @@ class TraceChecker:
             if started is not None:
                 self.open_calls[event.thread] = started
             self._observation(event)  # raises the pairing error
+        answers = data.get("answers")
+        if answers is not None:
+            return fast.answered(data["keys"], data["request"], answers)
         return fast.tier_call(data["keys"], data["request"], _answer(data))
 
     def _scheduler(self, event: TraceEvent) -> None:
@@ -323,11 +356,20 @@ class TraceChecker:
     # -- bookkeeping after an explained observation -------------------------------------
 
     def _after(self, event: TraceEvent) -> None:
+        fast = self.fast
+        if fast is not None and fast.index:  # a request is live: no quiescent point
+            size = len(fast.hyps)
+            if size > self.peak_states:
+                self.peak_states = size
+            self.fed += 1
+            if self.fed % PRUNE_EVERY == 0:  # (this engine keeps no history to trim)
+                fast.forget_stale_notes()
+            return
         engine = self.engine
         size = engine.size
         if size > self.peak_states:
             self.peak_states = size
-        self._fed += 1
+        self.fed += 1
         if self.fast is not None and self.fast.index:
             pass  # a request is live: no quiescent point (the common case, decided quickly)
         # a quiescent point: the one possible state is INITIAL up to the generation
@@ -342,9 +384,9 @@ class TraceChecker:
                 self.anchors.append((event.line, None))
             self._restart(event.line)
             return
-        if self._fed % TRIM_EVERY == 0:
+        if self.fed % TRIM_EVERY == 0:
             engine.trim_history()
-        if self._fed % PRUNE_EVERY == 0:
+        if self.fed % PRUNE_EVERY == 0:
             engine.forget_stale_notes()
 
     def _restart(self, line: int) -> None:
@@ -352,7 +394,7 @@ class TraceChecker:
         nothing before it (not the generation counter, not the notes kept for naming
         a property), so a chunk of the trace that starts there is judged alike."""
         self.engine = self._new_engine()
-        self._fed = 0
+        self.fed = 0
         self.restarts += 1
         self.last_restart = line
 
@@ -408,67 +450,57 @@ class Outcome:
                 "malformed": EXIT_USAGE}[self.result]
 
 
-PROGRESS_EVERY = 8192  # events between calls of a progress callback
-
-
 def check_lines(
     lines: Iterable[bytes], *, efficiency: Efficiency = "fail", engine: EngineName = "fast",
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None, parser: str = "json",
+    stops: Container[int] = (),
 ) -> Outcome:
     """Check a trace given as raw lines; never raises for bad input (it is ``malformed``).
 
-    ``progress``: called with the number of events read so far, every
-    ``PROGRESS_EVERY`` events.
+    ``progress``: called with the number of events read so far, about every
+    ``asynclookup.trace.hot.PROGRESS_EVERY`` events.  ``parser``: the JSON parser
+    that decodes the lines (``asynclookup.trace.reader.PARSERS``; the verdict is the
+    same with each).  ``stops``: as for ``check_items``.
     """
-    return check_items(read_trace(lines), efficiency=efficiency, engine=engine,
-                       progress=progress)
+    started = time.perf_counter()
+    try:
+        blocks = Blocks(lines, parser=parser)
+    except TraceFormatError as exc:
+        return Outcome("malformed", error=exc, seconds=time.perf_counter() - started)
+    return check_items(
+        blocks, efficiency=efficiency, engine=engine, progress=progress, stops=stops
+    )
 
 
 def check_items(
-    items: Iterator[Header | TraceEvent], *, header: Header | None = None,
-    efficiency: Efficiency = "fail", engine: EngineName = "fast",
-    progress: Callable[[int], None] | None = None, stops: Container[int] = (),
+    blocks: Blocks, *, header: Header | None = None, efficiency: Efficiency = "fail",
+    engine: EngineName = "fast", progress: Callable[[int], None] | None = None,
+    stops: Container[int] = (),
 ) -> Outcome:
-    """Check parsed items (a header first unless ``header`` is given: a file's tail).
+    """Check a trace read by ``blocks`` (``header``: when ``blocks`` resumes a file's tail).
 
     ``stops``: lines after which the check ends if it restarted there (a quiescent
     point: what follows is judged alike by a fresh check); ``Outcome.stopped_at``
     says where it ended so.
     """
     started = time.perf_counter()
+    header = header or blocks.header
+    assert header is not None, "a file's tail needs the file's header"
     outcome = Outcome("conforming", header=header)
-    checker = None if header is None else TraceChecker(
-        header, efficiency=efficiency, engine=engine
-    )
+    checker = TraceChecker(header, efficiency=efficiency, engine=engine)
     try:
-        if checker is None:
-            first = next(items, None)
-            if not isinstance(first, Header):  # read_trace yields its header first
-                return outcome
-            outcome.header = first
-            checker = TraceChecker(first, efficiency=efficiency, engine=engine)
-        feed = checker.feed
-        for events, event in enumerate(items, start=1):
-            if feed(event) is not None:  # type: ignore[arg-type]  # events only after it
-                break
-            line = event.line  # type: ignore[union-attr]
-            if line in stops and checker.last_restart == line:
-                outcome.stopped_at = line
-                break
-            if progress is not None and events % PROGRESS_EVERY == 0:
-                progress(events)
+        outcome.stopped_at = feed_blocks(checker, blocks, stops=stops, progress=progress)
     except TraceFormatError as exc:
         outcome.result, outcome.error = "malformed", exc
-    if checker is not None:
-        outcome.events = sum(checker.counts.values())
-        outcome.counts = dict(checker.counts)
-        outcome.warnings = checker.warnings
-        outcome.max_states = checker.peak_states
-        outcome.unfinished = len(checker.open_lookups) + len(checker.open_calls)
-        outcome.anchors = list(checker.anchors)
-        outcome.restarts = checker.restarts
-        if checker.found is not None and outcome.error is None:
-            outcome.result, outcome.found = "violation", checker.found
+    outcome.events = sum(checker.counts.values())
+    outcome.counts = dict(checker.counts)
+    outcome.warnings = checker.warnings
+    outcome.max_states = checker.peak_states
+    outcome.unfinished = len(checker.open_lookups) + len(checker.open_calls)
+    outcome.anchors = list(checker.anchors)
+    outcome.restarts = checker.restarts
+    if checker.found is not None and outcome.error is None:
+        outcome.result, outcome.found = "violation", checker.found
     outcome.seconds = time.perf_counter() - started
     return outcome
 

@@ -26,6 +26,7 @@ from asynclookup._cli import EXIT_HOLDS, EXIT_USAGE, LiveLine, Parser, UsageErro
 from asynclookup.trace import split
 from asynclookup.trace.check import Efficiency, Outcome, check_lines
 from asynclookup.trace.format import TraceFormatError
+from asynclookup.trace.reader import PARSERS
 from asynclookup.trace.report import as_json, as_text, build_excerpt, throughput, write_excerpt
 
 PROGRESS_SECONDS = 0.5  # between redraws of the live line on a terminal
@@ -36,13 +37,15 @@ def run(
     excerpt_out: Path | None = None, stdout: IO[str] | None = None,
     stderr: IO[str] | None = None, jobs: int = 1, quiet: bool = True,
     merge_parts: Sequence[Path] = (), progress_seconds: float = PROGRESS_SECONDS,
+    parser: str = "json",
 ) -> int:
     """Check ``path`` and print the report; returns the exit code.
 
     ``jobs``: check in chunks in that many processes (``asynclookup.trace.split``);
     ``merge_parts``: instead of checking, merge the results of ``--chunk`` runs.
     Unless ``quiet``: the throughput and peak memory at the end, and a progress
-    line while checking when stderr is a terminal, on stderr.
+    line while checking when stderr is a terminal, on stderr.  ``parser``: the JSON
+    parser (``asynclookup.trace.reader.PARSERS``; the same verdict with each).
     """
     out = stdout or sys.stdout
     err = stderr or sys.stderr
@@ -59,10 +62,10 @@ def run(
             outcome = split.merge(path, [_load_part(p) for p in merge_parts])
             chunks = len(merge_parts)
         elif jobs > 1:
-            outcome, chunks = split.parallel(path, jobs, efficiency)
+            outcome, chunks = split.parallel(path, jobs, efficiency, parser)
         else:
             with path.open("rb") as f:
-                outcome = check_lines(f, efficiency=efficiency,
+                outcome = check_lines(f, efficiency=efficiency, parser=parser,
                                       progress=None if line is None else meter)
     except OSError as exc:
         outcome = Outcome("malformed", error=TraceFormatError(0, f"cannot read {path}: "
@@ -139,6 +142,11 @@ def register(subparsers: Any) -> None:
         help="merge the results of --chunk I/N for every I into the report of one pass",
     )
     parser.add_argument(
+        "--parser", choices=PARSERS, default="json",
+        help="the JSON parser: the standard library's (default) or orjson, faster, from "
+        "the 'fast' extra (pip install 'asynclookup[fast]'); the verdict is the same",
+    )
+    parser.add_argument(
         "--quiet", action="store_true",
         help="no events/s, peak memory or progress line on stderr",
     )
@@ -160,22 +168,23 @@ def _command(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"check-trace: --chunk must be I/N with 0 <= I < N, got {args.chunk!r}"
             )
-        return run_chunk(args.file, i, n, args.efficiency)
+        return run_chunk(args.file, i, n, args.efficiency, parser=args.parser)
     return run(
         args.file, as_json_output=args.json, efficiency=args.efficiency,
         excerpt_out=args.excerpt, jobs=jobs, quiet=args.quiet, merge_parts=args.merge or (),
+        parser=args.parser,
     )
 
 
 def run_chunk(
     path: Path, index: int, jobs: int, efficiency: Efficiency = "fail",
-    stdout: IO[str] | None = None, stderr: IO[str] | None = None,
+    stdout: IO[str] | None = None, stderr: IO[str] | None = None, parser: str = "json",
 ) -> int:
     """``--chunk I/N``: print chunk ``index``'s result as JSON; 0 when printed, 2 if the
     file cannot be read (the verdict is the merge's: a chunk's may not stand)."""
     out, err = stdout or sys.stdout, stderr or sys.stderr
     try:
-        part = split.check_part(path, jobs, index, efficiency)
+        part = split.check_part(path, jobs, index, efficiency, parser=parser)
     except OSError as exc:
         err.write(f"{path}: cannot read {path}: {exc.strerror or exc}\n")
         return EXIT_USAGE

@@ -1,4 +1,4 @@
-"""The trace format (JSON Lines, version 1): its table of events, a streaming parser, its schema.
+"""The trace format (JSON Lines, version 1): its table of events and the exact judge of a line.
 
 Theory of operation
 -------------------
@@ -12,9 +12,14 @@ its kind.  Keys are bytes written as hex strings; verdicts are ``true``,
 
 ``EVENTS`` is the single table of kinds and fields: the parser validates each
 line against it and ``asynclookup.trace.schema`` derives asynclookup/trace/trace.schema.json from
-it, so the two cannot drift (a test compares them).  ``read_trace`` streams: it holds
-one line at a time and yields ``TraceEvent`` values; the first problem raises
-``TraceFormatError`` with the line number and one sentence saying what is wrong.
+it, so the two cannot drift (a test compares them).  ``parse_header`` and
+``parse_event`` judge one decoded line: a ``Header`` or ``TraceEvent``, or a
+``TraceFormatError`` with the line number and one sentence saying what is
+wrong.  Reading a whole file fast (by blocks, the common shapes tested
+inline, this module's judgement for everything else) is
+``asynclookup.trace.reader``.  Fields that no checker reads (the entries of a
+flush and of a worker's batch, a worker's posted results) are validated and
+kept as parsed.
 
 This module checks form only (and the pairing of ``*_called``/``*_started``
 lines, which ``asynclookup.trace.check`` does); it knows nothing of the protocol's
@@ -25,8 +30,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
-from itertools import islice
 from typing import Any, NamedTuple
 
 from asynclookup.spec import core
@@ -45,6 +48,10 @@ class TraceFormatError(AsyncLookupError, ValueError):
         super().__init__(f"line {line}: {message}" if line else message)
         self.line = line
         self.message = message
+
+
+class CheckLimitError(TraceFormatError):
+    """The engine's bound on possible states was exceeded: this trace cannot be judged."""
 
 
 class Field(NamedTuple):
@@ -161,14 +168,12 @@ def _key(value: object) -> bytes | None:
     return None
 
 
-def _keys(
-    value: object, key_of: Callable[[object], bytes | None] = _key,
-) -> tuple[bytes, ...] | None:
+def _keys(value: object) -> tuple[bytes, ...] | None:
     if type(value) is not list:
         return None
     out = []
     for item in value:
-        key = key_of(item)
+        key = _key(item)
         if key is None:
             return None
         out.append(key)
@@ -179,26 +184,22 @@ def _is_int(value: object) -> bool:
     return type(value) is int and value >= 0
 
 
-def _triples(value: object, middle: str) -> list[tuple[Any, ...]] | None:
-    """entries ``[key, request, generation]`` or results ``[key, generation, verdict]``."""
+def _triples(value: object, middle: str) -> bool:
+    """Whether ``value`` is a list of entries ``[key, request, generation]`` (``middle``
+    "entries") or results ``[key, generation, verdict]``."""
     if type(value) is not list:
-        return None
-    out: list[tuple[Any, ...]] = []
+        return False
     for item in value:
-        if type(item) is not list or len(item) != 3:
-            return None
-        key = _key(item[0])
-        if key is None:
-            return None
+        if type(item) is not list or len(item) != 3 or _key(item[0]) is None:
+            return False
         fits = (
             (type(item[1]) is str and _is_int(item[2]))
             if middle == "entries"
             else (_is_int(item[1]) and type(item[2]) is bool)
         )
         if not fits:
-            return None
-        out.append((key, item[1], item[2]))
-    return out
+            return False
+    return True
 
 
 def _convert(type_: str, value: object) -> tuple[bool, Any]:
@@ -228,8 +229,7 @@ def _convert(type_: str, value: object) -> tuple[bool, Any]:
         return ok, tuple(value) if ok else None  # type: ignore[arg-type]
     if type_ == "failure":
         return type(value) is dict, value
-    triples = _triples(value, type_)
-    return triples is not None, triples
+    return _triples(value, type_), value  # kept as parsed: the checker does not read them
 
 
 def _failure(line: int, value: dict[str, Any], n: int) -> dict[str, Any]:
@@ -399,274 +399,3 @@ def _check_answer(line_no: int, data: dict[str, Any]) -> None:
         )
     if failure is not None:
         data["failure"] = _failure(line_no, failure, n)
-
-
-def read_trace(
-    lines: Iterable[bytes], *, resume: tuple[int, int] | None = None
-) -> Iterator[Header | TraceEvent]:
-    """Parse a trace from its raw lines (each ending with ``\\n`` but perhaps the last).
-
-    Yields the header, then each event; raises TraceFormatError at the first
-    problem.  Holds one block of ``BLOCK`` lines at a time, so a file of any
-    length streams.  ``resume=(line, seq)``: the lines are a file's tail that
-    starts after ``line``, whose event had ``seq`` (no header is read or
-    yielded), for checking a chunk of a file (``asynclookup.trace.split``).
-
-    Each block is decoded with one ``json.loads`` and each object validated by
-    a fast test of the common shapes; a block that does not decode, or an
-    object the fast test does not accept, goes through the line-by-line path
-    (``parse_event``), which gives the one error message for each problem.
-    """
-    source = iter(lines)
-    if resume is None:
-        raw = next(source, None)
-        if raw is None:
-            raise TraceFormatError(0, "empty file: a trace starts with its header line")
-        following = next(source, None)
-        yield parse_header(_decode(1, raw, following is None))
-        line_no, last_seq, last_line = 1, -1, 0
-        block = [following] if following is not None else []
-    else:
-        line_no, last_seq = resume
-        last_line, block = line_no, []
-    block += islice(source, BLOCK - len(block))
-    while block:
-        ahead = list(islice(source, BLOCK))
-        objs = _decode_block(block, not ahead)
-        if objs is not None:  # the common case: every line of the block is JSON
-            for obj in objs:
-                line_no += 1
-                event = _fast_event(line_no, obj) if type(obj) is dict else None
-                if event is None:
-                    event = _full_event(line_no, obj)
-                if event.seq <= last_seq:
-                    _out_of_order(line_no, event.seq, last_seq, last_line)
-                last_seq, last_line = event.seq, line_no
-                yield event
-            block = ahead
-            continue
-        for i, raw in enumerate(block):  # line by line, so the first problem is named
-            line_no += 1
-            obj = _decode(line_no, raw, not ahead and i == len(block) - 1)
-            event = _fast_event(line_no, obj) if type(obj) is dict else None
-            if event is None:
-                event = _full_event(line_no, obj)
-            if event.seq <= last_seq:
-                _out_of_order(line_no, event.seq, last_seq, last_line)
-            last_seq, last_line = event.seq, line_no
-            yield event
-        block = ahead
-
-
-def _full_event(line_no: int, obj: object) -> TraceEvent:
-    if type(obj) is not dict:
-        raise TraceFormatError(line_no, f"not a JSON object but {_json_type(obj)}")
-    return parse_event(line_no, obj)
-
-
-def _out_of_order(line_no: int, seq: int, last_seq: int, last_line: int) -> None:
-    raise TraceFormatError(
-        line_no,
-        f"sequence numbers out of order: seq {seq} follows seq {last_seq} "
-        f"(line {last_line}); seq must strictly increase",
-    )
-
-
-BLOCK = 2048  # lines decoded by one json.loads
-
-
-def _decode_block(block: list[bytes], last: bool) -> list[Any] | None:
-    """Every line of ``block`` as JSON in one call, or None: decode line by line instead."""
-    if last and not block[-1].endswith(b"\n"):
-        return None  # a truncated last line needs its own message
-    try:
-        objs = json.loads(b"[" + b",".join(block) + b"]")
-    except ValueError:
-        return None
-    if len(objs) != len(block):  # a line held two values, or none
-        return None
-    return objs  # type: ignore[no-any-return]
-
-
-_KEYS: dict[str, bytes] = {}  # hex text -> key, for keys already validated
-_KEYS_KEPT = 1 << 16
-
-
-def _fast_key(value: object) -> bytes | None:
-    key = _KEYS.get(value) if type(value) is str else None
-    if key is None:
-        key = _key(value)
-        if key is not None:
-            if len(_KEYS) >= _KEYS_KEPT:
-                _KEYS.clear()
-            _KEYS[value] = key  # type: ignore[index]
-    return key
-
-
-def _fast_triples(value: object, entries: bool) -> list[tuple[Any, ...]] | None:
-    if type(value) is not list:
-        return None
-    out = []
-    for item in value:
-        if type(item) is not list or len(item) != 3:
-            return None
-        key, middle, last = item
-        if entries:
-            if type(middle) is not str or type(last) is not int or last < 0:
-                return None
-        elif type(middle) is not int or middle < 0 or type(last) is not bool:
-            return None
-        k = _KEYS.get(key) if type(key) is str else None
-        if k is None:
-            k = _fast_key(key)
-            if k is None:
-                return None
-        out.append((k, middle, last))
-    return out
-
-
-_BAD = object()  # a value the fast path does not accept
-
-
-def _fast_str(value: object) -> object:
-    return value if type(value) is str else _BAD
-
-
-def _fast_verdict(value: object) -> object:
-    return value if value is None or type(value) is bool else _BAD
-
-
-def _fast_bool(value: object) -> object:
-    return value if type(value) is bool else _BAD
-
-
-def _fast_int(value: object) -> object:
-    return value if type(value) is int and value >= 0 else _BAD
-
-
-def _fast_answers(value: object) -> object:
-    if type(value) is not list or not all(type(v) is bool for v in value):
-        return _BAD
-    return tuple(value)
-
-
-def _fast_entries(value: object) -> object:
-    triples = _fast_triples(value, entries=True)
-    return _BAD if triples is None else triples
-
-
-def _fast_results(value: object) -> object:
-    triples = _fast_triples(value, entries=False)
-    return _BAD if triples is None else triples
-
-
-def _fast_one_key(value: object) -> object:
-    key = _fast_key(value)
-    return _BAD if key is None else key
-
-
-def _fast_many_keys(value: object) -> object:
-    keys = _keys(value, _fast_key)
-    return _BAD if keys is None else keys
-
-
-def _fast_never(value: object) -> object:
-    return _BAD  # error, failure, reason, requests: only the full path judges them
-
-
-_FAST_TYPES = {
-    "key": _fast_one_key, "keys": _fast_many_keys, "str": _fast_str,
-    "verdict": _fast_verdict, "bool": _fast_bool, "int": _fast_int,
-    "answers": _fast_answers, "entries": _fast_entries, "results": _fast_results,
-}
-# kind -> (name, converter, required) of each field, for ``_fast_event``
-_PLANS: dict[str, tuple[tuple[str, Any, bool], ...]] = {
-    kind: tuple((f.name, _FAST_TYPES.get(f.type, _fast_never), f.required) for f in fields)
-    for kind, fields in EVENTS.items()
-}
-_PLANS["result_applied"] = tuple(
-    (name, _fast_bool if name == "verdict" else conv, required)
-    for name, conv, required in _PLANS["result_applied"]
-)
-
-
-def _fast_event(line_no: int, obj: dict[str, Any]) -> TraceEvent | None:
-    """``obj`` as an event when it has a common, valid shape; None: let ``parse_event`` judge.
-
-    Accepts only what ``parse_event`` accepts, and builds the same values
-    (tests/test_trace_format.py compares the two on random objects).
-    """
-    kind, seq, thread = obj.get("event"), obj.get("seq"), obj.get("thread")
-    if type(seq) is not int or seq < 0 or type(thread) is not str or type(kind) is not str:
-        return None
-    hot = _HOT.get(kind)
-    if hot is not None and len(obj) == hot[0]:
-        return hot[1](line_no, obj, seq, kind, thread)
-    plan = _PLANS.get(kind)
-    if plan is None:
-        return None
-    data: dict[str, Any] = {}
-    for name, convert, required in plan:
-        if name in obj:
-            value = convert(obj[name])
-            if value is _BAD:
-                return None
-            data[name] = value
-        elif required:
-            return None
-    if len(data) + 3 != len(obj):
-        return None  # an unknown field
-    if kind == "tier_call_finished":
-        answers = data.get("answers")
-        if answers is None or len(answers) != len(data["keys"]):
-            return None
-    return TraceEvent(line_no, seq, kind, thread, data)
-
-
-# The commonest kinds, unrolled: with exactly their required fields (``len(obj)``).
-
-
-def _key_of(value: object) -> bytes | None:
-    if type(value) is not str:
-        return None
-    key = _KEYS.get(value)
-    return _fast_key(value) if key is None else key
-
-
-def _hot_called(line_no: int, obj: dict[str, Any], seq: int, kind: str, thread: str
-                ) -> TraceEvent | None:
-    key, request = _key_of(obj.get("key")), obj.get("request")
-    if key is None or type(request) is not str:
-        return None
-    return TraceEvent(line_no, seq, kind, thread, {"key": key, "request": request})
-
-
-def _hot_returned(line_no: int, obj: dict[str, Any], seq: int, kind: str, thread: str
-                  ) -> TraceEvent | None:
-    key, request, verdict = _key_of(obj.get("key")), obj.get("request"), obj.get("verdict", 0)
-    if key is None or type(request) is not str or (
-        verdict is not None and verdict is not True and verdict is not False
-    ):
-        return None
-    return TraceEvent(
-        line_no, seq, kind, thread, {"key": key, "request": request, "verdict": verdict}
-    )
-
-
-def _hot_applied(line_no: int, obj: dict[str, Any], seq: int, kind: str, thread: str
-                 ) -> TraceEvent | None:
-    key, generation, verdict = _key_of(obj.get("key")), obj.get("generation"), obj.get("verdict")
-    if key is None or type(generation) is not int or generation < 0 or (
-        verdict is not True and verdict is not False
-    ):
-        return None
-    return TraceEvent(
-        line_no, seq, kind, thread, {"key": key, "generation": generation, "verdict": verdict}
-    )
-
-
-_Hot = Callable[[int, dict[str, Any], int, str, str], "TraceEvent | None"]
-_HOT: dict[str, tuple[int, _Hot]] = {
-    "lookup_called": (5, _hot_called), "lookup_returned": (6, _hot_returned),
-    "result_applied": (6, _hot_applied),
-}

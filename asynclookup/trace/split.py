@@ -41,14 +41,14 @@ from pathlib import Path
 from typing import Any
 
 from asynclookup.spec.errors import AsyncLookupError
-from asynclookup.trace.check import Efficiency, Found, Outcome, check_items
+from asynclookup.trace.check import Efficiency, Found, Outcome, check_items, check_lines
 from asynclookup.trace.format import (
     Header,
     TraceFormatError,
     parse_event,
     read_header,
-    read_trace,
 )
+from asynclookup.trace.reader import Blocks
 
 MARK = b'"tables"'  # every candidate line holds this
 READ_BYTES = 1 << 20
@@ -117,10 +117,10 @@ def plan(path: Path, jobs: int) -> list[Cut]:
 
 def check_part(
     path: Path, jobs: int, index: int, efficiency: Efficiency = "fail",
-    cuts: list[Cut] | None = None,
+    cuts: list[Cut] | None = None, parser: str = "json",
 ) -> dict[str, Any]:
-    """Check chunk ``index`` of ``plan(path, jobs)`` (``cuts``: that plan, when known);
-    its result as JSON-ready data."""
+    """Check chunk ``index`` of ``plan(path, jobs)`` (``cuts``: that plan, when known;
+    ``parser``: as for ``check_lines``); its result as JSON-ready data."""
     started = time.process_time()
     if cuts is None:
         cuts = plan(path, jobs)
@@ -129,7 +129,7 @@ def check_part(
     stops = {c.line: i + 1 for i, c in enumerate(cuts) if i + 1 > index}
     with path.open("rb") as f:
         if index == 0:
-            outcome = check_items(read_trace(f), efficiency=efficiency, stops=stops)
+            outcome = check_lines(f, efficiency=efficiency, stops=stops, parser=parser)
         else:
             try:
                 header = read_header(f.readline())
@@ -139,7 +139,7 @@ def check_part(
                 cut = cuts[index - 1]
                 f.seek(cut.offset)
                 outcome = check_items(
-                    read_trace(f, resume=(cut.line, cut.seq)), header=header,
+                    Blocks(f, resume=(cut.line, cut.seq), parser=parser), header=header,
                     efficiency=efficiency, stops=stops,
                 )
     return _part(path, jobs, index, cuts, outcome, started, stops=stops)
@@ -264,11 +264,13 @@ def _unfound(data: dict[str, Any]) -> Found:
 # -- in a process pool --------------------------------------------------------------------
 
 
-def _run_part(args: tuple[Path, int, int, Efficiency, list[Cut]]) -> dict[str, Any]:
+def _run_part(args: tuple[Path, int, int, Efficiency, list[Cut], str]) -> dict[str, Any]:
     return check_part(*args)
 
 
-def parallel(path: Path, jobs: int, efficiency: Efficiency = "fail") -> tuple[Outcome, int]:
+def parallel(
+    path: Path, jobs: int, efficiency: Efficiency = "fail", parser: str = "json",
+) -> tuple[Outcome, int]:
     """Check ``path`` in up to ``jobs`` processes (this one takes chunk 0); (the one-pass
     outcome, chunks used).
 
@@ -280,13 +282,13 @@ def parallel(path: Path, jobs: int, efficiency: Efficiency = "fail") -> tuple[Ou
     chunks = len(cuts) + 1
     if chunks == 1:
         with path.open("rb") as f:
-            outcome = check_items(read_trace(f), efficiency=efficiency)
+            outcome = check_lines(f, efficiency=efficiency, parser=parser)
         return outcome, 1
     with ProcessPoolExecutor(max_workers=chunks - 1) as pool:  # chunk 0 runs here
         later = pool.map(
-            _run_part, [(path, jobs, i, efficiency, cuts) for i in range(1, chunks)]
+            _run_part, [(path, jobs, i, efficiency, cuts, parser) for i in range(1, chunks)]
         )
-        parts = [check_part(path, jobs, 0, efficiency, cuts), *later]
+        parts = [check_part(path, jobs, 0, efficiency, cuts, parser), *later]
     outcome = merge(path, parts)
     outcome.seconds = time.perf_counter() - started
     outcome.chunk_cpu = [part.get("cpu_seconds", 0.0) for part in parts]
