@@ -32,7 +32,7 @@ futures; the engine keeps each, and on a trace with hidden worker steps every
 ambiguous drain or ``mark_present`` lets their counters drift apart, so its set
 grows with the trace.  New generations are drawn from the highest counter of
 all the states (``_floor``), so states that branched still agree on the
-generations of later probes, and cheap exact comparison (``_concrete``) finds
+generations of later probes, and cheap exact comparison (``concrete``) finds
 most equal pairs; the full comparison runs once more than ``MERGE_AT`` states
 remain.
 
@@ -48,36 +48,37 @@ test_observe_fast.py steps random traces through both and compares the sets,
 the notes and the verdicts after every event (the states up to generations
 on long runs where the engine keeps duplicates).
 
+The storage of the set and its upkeep (merging, trimming, closing, handing
+over) are ``asynclookup.observe.states``; this module holds the steps: which
+successors each observation gives, in place where one state remains, and
+directly for a lookup apart from the worker (``_lookup_apart``).
+
 It drives no implementation and checks against the spec's own transitions only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeAlias
+from typing import Any
 
 from asynclookup.observe import engine as oracle
 from asynclookup.observe.classify import NO_VALUE
-from asynclookup.observe.interface import ORACLE_BOUNDS, Notes, OracleLimitError, Violation
+from asynclookup.observe.interface import ORACLE_BOUNDS, Violation
 from asynclookup.observe.observations import verdict_candidates
-from asynclookup.spec.core import Entry, Phase, Probe, Result, State
-
-PENDING, IN_FLIGHT, RESOLVED = 0, 1, 2
-PHASES = (Phase.PENDING, Phase.IN_FLIGHT, Phase.RESOLVED)
-_CODE = {phase: i for i, phase in enumerate(PHASES)}
-MERGE_AT = 8  # states beyond which states equal up to generations are merged too
-PROMOTE_SLACK = 4  # overlay entries tolerated beyond the last sweep before agreed keys move to base
-
-P: TypeAlias = tuple[int, int, "bool | None", frozenset[str]]  # generation, phase, verdict, reqs
-Overlay: TypeAlias = dict[bytes, "P | None"]  # None: the state holds no probe of the key
-# One possible state: overlay, next generation, batch, queue, held, answered, posted, drain_due.
-# Entries are (key, request, generation), results (key, generation, verdict), as in the spec.
-H: TypeAlias = tuple[Overlay, int, tuple[Any, ...], tuple[Any, ...], tuple[Any, ...],
-                     tuple[Any, ...], tuple[Any, ...], bool]
-Identity: TypeAlias = Callable[[H], tuple[Any, ...]]
+from asynclookup.observe.states import (
+    IN_FLIGHT,
+    MERGE_AT,
+    PENDING,
+    RESOLVED,
+    H,
+    P,
+    StateSet,
+    concrete,
+    post_step,
+    take_step,
+)
 
 
-class FastChecker(Notes):
+class FastChecker(StateSet):
     """The engine's set of possible states, factorised per key (see the module docstring);
     an ``asynclookup.observe.interface.Engine``.
 
@@ -89,99 +90,11 @@ class FastChecker(Notes):
         self, *, hidden_worker: bool, max_states: int = ORACLE_BOUNDS.states,
         tagged_kept: int = ORACLE_BOUNDS.tagged,
     ) -> None:
-        super().__init__()
-        self.hidden_worker = hidden_worker
-        self.max_states = max_states
-        self.tagged_kept = tagged_kept
-        self.base: dict[bytes, P] = {}
-        self.index: dict[str, set[bytes]] = {}
-        self.hyps: list[H] = [({}, 0, (), (), (), (), (), False)]
-        self.tags: list[bool] = [False]
-        self._promote_at = PROMOTE_SLACK  # overlay size that triggers a promotion sweep
-        self._floor = 0  # the highest next generation of any possible state
-        self.violation: Violation | None = None
-        self.warnings: list[Violation] = []
-        self.stopped = False
-
-    # -- what the trace checker reads ------------------------------------------------
-
-    @property
-    def size(self) -> int:
-        """How many states are possible."""
-        return len(self.hyps)
-
-    def expects_empty(self) -> bool:
-        """Whether no possible state holds anything (as ``Checker.expects_empty``)."""
-        if self.stopped or self.index:
-            return False
-        for h in self.hyps:
-            if h[2] or h[3] or h[4] or h[5] or h[6] or self._count(h[0]):
-                return False
-        return True
-
-    def restartable(self) -> bool:
-        """Whether the set explains exactly what the initial state explains (see
-        ``asynclookup.trace.check.TraceChecker.quiescent``)."""
-        if self.stopped or self.index or all(self.tags):
-            return False
-        if not self.hidden_worker:
-            if len(self.hyps) > 1:
-                return False
-            h = self.hyps[0]
-            return not (h[2] or h[3] or h[4] or h[5] or h[6] or self._count(h[0]))
-        return not any(h[2] or h[3] or h[4] or self._count(h[0]) for h in self.hyps)
-
-    def drain_due(self) -> bool:
-        """Whether the first possible state has a drain due (for a quiescent anchor)."""
-        return self.hyps[0][7]
-
-    @property
-    def states(self) -> tuple[State, ...]:
-        """The possible states as spec States, efficient ones first (as ``Checker.states``)."""
-        pairs = self.tagged_states()
-        return tuple(sorted(pairs, key=lambda s: pairs[s]))
-
-    def tagged_states(self) -> dict[State, bool]:
-        """The possible states as the engine keeps them: spec State -> tagged, in order."""
-        index = tuple(sorted((r, frozenset(ks)) for r, ks in self.index.items()))
-        out: dict[State, bool] = {}
-        for h, tag in zip(self.hyps, self.tags, strict=True):
-            table = dict(self.base)
-            for k, p in h[0].items():
-                if p is None:
-                    del table[k]
-                else:
-                    table[k] = p
-            probes = tuple(
-                (k, Probe(p[0], PHASES[p[1]], p[2], p[3])) for k, p in sorted(table.items())
-            )
-            out[State(
-                probes=probes, index=index, next_generation=h[1],
-                batch=tuple(Entry._make(e) for e in h[2]),
-                queue=tuple(tuple(Entry._make(e) for e in b) for b in h[3]),
-                held=tuple(Entry._make(e) for e in h[4]),
-                answered=tuple(Result._make(r) for r in h[5]),
-                posted=tuple(Result._make(r) for r in h[6]),
-                drain_due=h[7], stopped=self.stopped,
-            )] = tag
-        return out
-
-    export = tagged_states  # the name tests/test_observe_fast.py compares the engines by
-
-    def trim_history(self) -> None:
-        """Nothing to do: this engine keeps no observations."""
-
-    def forget_stale_notes(self) -> None:
-        """Drop notes on probes no possible state holds (as ``Checker.forget_stale_notes``)."""
-        if not self._has_probe_notes():
-            return
-        live: set[tuple[bytes, int]] = {(k, p[0]) for k, p in self.base.items()}
-        for h in self.hyps:
-            live.update((k, p[0]) for k, p in h[0].items() if p is not None)
-            live.update((e[0], e[2]) for e in h[2] + h[4])
-            live.update((e[0], e[2]) for b in h[3] for e in b)
-            live.update((r[0], r[1]) for r in h[5] + h[6])
-        self._keep_notes_on(live)
+        super().__init__(
+            hidden_worker=hidden_worker, max_states=max_states, tagged_kept=tagged_kept
+        )
+        # the set (this very list) that a lookup's early drain cannot change: see ``_drained``
+        self._drain_closed: list[H] | None = None
 
     # -- observations ------------------------------------------------------------------
 
@@ -241,6 +154,8 @@ class FastChecker(Notes):
                     self.hyps[0] = (*h[:7], False)
                 return None
             # not explained: the general path below finds and names the violation
+        if self.hidden_worker and self._lookup_apart(key, request, verdict):
+            return None
         self._note_stale_results()
         out: list[tuple[H, bool]] = []
         for h, tag in zip(self.hyps, self.tags, strict=True):
@@ -365,24 +280,24 @@ class FastChecker(Notes):
     def take_batch(self, obs: Any = None) -> Violation | None:
         """The worker took a batch (recorded worker steps)."""
         h = self._solo()
-        if h is not None and (nxt := _take(h)) is not None:
+        if h is not None and (nxt := take_step(h)) is not None:
             self.hyps[0] = nxt
             return None
         out = [
             (nxt, tag) for h, tag in zip(self.hyps, self.tags, strict=True)
-            if (nxt := _take(h)) is not None
+            if (nxt := take_step(h)) is not None
         ]
         return self._commit(out, obs, lambda: oracle.TakeBatchSeen(True))
 
     def post(self, obs: Any = None) -> Violation | None:
         """The worker posted its answered results (recorded worker steps)."""
         h = self._solo()
-        if h is not None and (nxt := _post(h)) is not None:
+        if h is not None and (nxt := post_step(h)) is not None:
             self.hyps[0] = nxt
             return None
         out = [
             (nxt, tag) for h, tag in zip(self.hyps, self.tags, strict=True)
-            if (nxt := _post(h)) is not None
+            if (nxt := post_step(h)) is not None
         ]
         return self._commit(out, obs, lambda: oracle.PostSeen(True))
 
@@ -462,7 +377,67 @@ class FastChecker(Notes):
                 if held == keys:
                     out.append((h, tag))
         return self._commit(out, obs, lambda: oracle.Tables(keys, requests))
+    # -- a lookup apart from the worker, with hidden worker steps ------------------------
 
+    def _lookup_apart(self, key: bytes, request: str, verdict: object) -> bool:
+        """The general lookup's result, built directly when it is ``L(S)``: True, done.
+
+        When no possible state holds ``key`` in its overlay or among its posted
+        results, the lookup (without a drain) changes every state alike: ``base``
+        at ``key``, the batch and the generation counter, nothing the merging,
+        trimming or closing under hidden steps looks at.  So it commutes with them
+        and with the early drain, and the general path's result is ``L`` of what
+        that machinery makes of the states and their early-drained variants, which
+        is the set itself once ``_drained`` found it so (then ``L`` keeps it so).
+        """
+        hyps = self.hyps
+        if self.stopped or (len(hyps) == 1 and hyps[0][0]):
+            return False
+        for h in hyps:
+            if key in h[0] or any(r[0] == key for r in h[6]):
+                return False
+        base = self.base
+        p = base.get(key)
+        if verdict is not (None if p is None else p[2]):
+            return False
+        if self._drain_closed is not hyps and not self._drained():
+            return False
+        self._note_stale_results()
+        floor = self._floor
+        if p is None:
+            base[key] = (floor, PENDING, None, frozenset((request,)))
+            entry = (key, request, floor)
+            hyps = [(h[0], floor + 1, (*h[2], entry), *h[3:]) for h in hyps]
+            self._floor = floor + 1
+        elif request not in p[3]:
+            base[key] = (p[0], p[1], p[2], p[3] | {request})
+            hyps = [(h[0], max(h[1], floor), *h[2:]) for h in hyps]
+        self.index.setdefault(request, set()).add(key)
+        self.hyps = self._drain_closed = hyps
+        if len(hyps) > 1 and len(hyps[0][0]) > self._promote_at:
+            self._promote()
+            self._drain_closed = None
+        return True
+
+    def _drained(self) -> bool:
+        """Whether the machinery of ``_commit`` (merge, trim, close under hidden steps)
+        applied to the states and their early-drained variants (what a lookup starts
+        from) gives back exactly the states, in order, with their tags."""
+        out: list[tuple[H, bool]] = []
+        for h, tag in zip(self.hyps, self.tags, strict=True):
+            if h[7]:
+                return False  # a drain is due: the lookup changes the state
+            out.append((h, tag))
+            if h[6]:
+                out.append((self._apply_posted(h), tag))
+        pairs = self._trim_tagged(self._merge(out, False, concrete))
+        pairs = self._close(pairs, concrete)
+        if len(pairs) > MERGE_AT:
+            pairs = self._merge(pairs, False, self._identity)
+        if pairs != list(zip(self.hyps, self.tags, strict=True)):
+            return False
+        self._drain_closed = self.hyps
+        return True
     # -- one possible state, stepped in place --------------------------------------------
 
     def _solo(self) -> H | None:
@@ -503,42 +478,7 @@ class FastChecker(Notes):
                 del base[key]
         self.index.pop(request, None)
         return True
-
-    # -- the spec's actions on one possible state ----------------------------------------
-
-    def _get(self, overlay: Overlay, key: bytes) -> P | None:
-        if key in overlay:
-            return overlay[key]
-        return self.base.get(key)
-
-    def _put(self, overlay: Overlay, key: bytes, p: P | None) -> None:
-        """Set ``key`` in an overlay being built, keeping it canonical."""
-        if p == self.base.get(key):
-            overlay.pop(key, None)
-        else:
-            overlay[key] = p
-
-    def _count(self, overlay: Overlay) -> int:
-        """How many probes a state with this overlay holds."""
-        base = self.base
-        n = len(base)
-        for k, p in overlay.items():
-            n += (p is not None) - (k in base)
-        return n
-
-    def _apply_posted(self, h: H) -> H:
-        if not h[6]:
-            return (h[0], h[1], h[2], h[3], h[4], h[5], (), False)
-        nxt = dict(h[0])
-        for key, generation, verdict in h[6]:
-            p = self._get(nxt, key)
-            if p is None or p[0] != generation:
-                continue
-            if not p[3]:
-                self._put(nxt, key, None)
-            else:
-                self._put(nxt, key, (p[0], RESOLVED, verdict, p[3]))
-        return (nxt, h[1], h[2], h[3], h[4], h[5], (), False)
+    # -- the spec's actions on one possible state ---------------------------------------
 
     def _lookup(self, h: H, key: bytes, request: str) -> tuple[H, bool | None]:
         if h[7]:
@@ -571,226 +511,8 @@ class FastChecker(Notes):
         queue = (*h[3], tuple(submitted)) if submitted else h[3]
         return (nxt, h[1], (), queue, h[4], h[5], h[6], True)
 
-    # -- the set -------------------------------------------------------------------------
-
-    def _note_stale_results(self) -> None:
-        for h in self.hyps:
-            for key, generation, _ in h[6]:
-                p = self._get(h[0], key)
-                if p is not None and p[0] != generation:
-                    self.stale.add((key, p[0]))
-
-    def _commit(
-        self, out: list[tuple[H, bool]], obs: Any, build: Any, change: Any = None,
-        setdefault: bool = False,
-    ) -> Violation | None:
-        """Make ``out`` (successors in the engine's order) the set, or hand over to the engine."""
-        if len(out) == 1 and not self.hidden_worker and (not out[0][1] or all(self.tags)):
-            # the common case of recorded worker steps: one state stays one (no warning due)
-            (h, tag), = out
-            if change is not None:
-                change()
-            self._floor = h[1]
-            if h[0]:
-                self._fold(h[0])
-                h = ({}, *h[1:])
-            self.hyps, self.tags = [h], [tag]
-            return None
-        if len(out) > 1 or self.hidden_worker:
-            pairs = self._trim_tagged(self._merge(out, setdefault, _concrete))  # before closing,
-            if self.hidden_worker and pairs:  # as the engine does
-                pairs = self._close(pairs, _concrete)
-            if len(pairs) > MERGE_AT:
-                pairs = self._merge(pairs, False, self._identity)
-        else:
-            pairs = out
-        if not pairs:
-            return self._delegate(obs or build())
-        if len(pairs) > self.max_states:
-            raise OracleLimitError(
-                f"{len(pairs)} possible spec states after {obs or build()!r} "
-                f"(bound {self.max_states})"
-            )
-        if all(t for _, t in pairs) and not all(self.tags):
-            return self._delegate(obs or build())
-        if change is not None:
-            change()  # the index: the same in every state
-        self._floor = max(h[1] for h, _ in pairs)
-        if len(pairs) == 1:
-            (h, tag), = pairs
-            self._fold(h[0])
-            self.hyps, self.tags = [({}, *h[1:])], [tag]
-        else:
-            self.hyps, self.tags = [h for h, _ in pairs], [t for _, t in pairs]
-            if len(self.hyps[0][0]) > self._promote_at:
-                self._promote()
-        return None
-
-    def _promote(self) -> None:
-        """Move the keys on which every possible state agrees from the overlays to ``base``."""
-        first = self.hyps[0][0]
-        overlays = [h[0] for h in self.hyps]
-        agreed = [
-            k for k, p in first.items()
-            if all(k in o and o[k] == p for o in overlays)
-        ]
-        for k in agreed:
-            p = first[k]
-            for o in overlays:
-                o.pop(k, None)  # overlays may be shared between states: all agree on k
-            if p is None:
-                del self.base[k]
-            else:
-                self.base[k] = p
-        self._promote_at = len(first) + PROMOTE_SLACK
-
-    def _fold(self, overlay: Overlay) -> None:
-        base = self.base
-        for k, p in overlay.items():
-            if p is None:
-                del base[k]
-            else:
-                base[k] = p
-
-    def _trim_tagged(self, pairs: list[tuple[H, bool]]) -> list[tuple[H, bool]]:
-        tagged = [i for i, (_, t) in enumerate(pairs) if t]
-        if len(tagged) <= self.tagged_kept or len(tagged) == len(pairs):
-            return pairs
-        tagged.sort(key=lambda i: self._count(pairs[i][0][0]))
-        gone = set(tagged[self.tagged_kept:])
-        return [pair for i, pair in enumerate(pairs) if i not in gone]
-
-    # -- merging equivalent states -------------------------------------------------------
-
-    def _identity(self, h: H) -> tuple[Any, ...]:
-        """What the future of state ``h`` depends on: its probes without their generations,
-        and for each batch entry and result whether it is of its key's current probe.
-
-        The spec compares generations only for equality and draws new ones from a
-        counter above all of them, and no event of a trace names a generation to
-        the checker, so two states with the same identity explain the same
-        futures: only the first of them is kept (the old engine keeps both).
-        """
-        base, overlay = self.base, h[0]
-        probes: list[tuple[Any, ...]] = []
-        for k, p in overlay.items():
-            b = base.get(k)
-            if p is None:
-                probes.append((k,))
-            elif b is None or p[1] != b[1] or p[2] is not b[2] or p[3] != b[3]:
-                probes.append((k, p[1], p[2], p[3]))
-        fresh = frozenset(probes)
-
-        def live(key: bytes, generation: int) -> bool:
-            p = overlay[key] if key in overlay else base.get(key)
-            return p is not None and p[0] == generation
-
-        batch = tuple((e[0], e[1], live(e[0], e[2])) for e in h[2])
-        queue = tuple(tuple((e[0], e[1], live(e[0], e[2])) for e in b) for b in h[3])
-        held = tuple((e[0], e[1], live(e[0], e[2])) for e in h[4])
-        answered = tuple((r[0], live(r[0], r[1]), r[2]) for r in h[5])
-        posted = tuple((r[0], live(r[0], r[1]), r[2]) for r in h[6])
-        return (fresh, batch, queue, held, answered, posted, h[7])
-
-    def _merge(
-        self, out: Iterable[tuple[H, bool]], setdefault: bool, identity: Identity
-    ) -> list[tuple[H, bool]]:
-        """The engine's ``out[nxt] = out.get(nxt, True) and tagged`` over identities (the
-        first state of an identity stays, in its place; ``setdefault`` for the wasteful
-        cleanup variants, which the engine adds with ``out.setdefault``)."""
-        ids: dict[tuple[Any, ...], int] = {}  # identity -> place in hyps
-        hyps: list[H] = []
-        tags: list[bool] = []
-        for h, tag in out:
-            ident = identity(h)
-            i = ids.get(ident)
-            if i is None:
-                ids[ident] = len(hyps)
-                hyps.append(h)
-                tags.append(tag)
-            elif not (setdefault and tag):
-                tags[i] = tags[i] and tag
-        return list(zip(hyps, tags, strict=True))
-
-    def _close(self, pairs: list[tuple[H, bool]], identity: Identity) -> list[tuple[H, bool]]:
-        """``pairs`` plus every state reachable by hidden take_batch and post (the engine's
-        ``_close``: depth first, an efficient path wins), over identities."""
-        ids = {identity(h): i for i, (h, _) in enumerate(pairs)}
-        hyps = [h for h, _ in pairs]
-        tags = [t for _, t in pairs]
-        frontier = list(pairs)
-        while frontier:
-            h, tag = frontier.pop()
-            for step in (_take, _post):
-                nxt = step(h)
-                if nxt is None:
-                    continue
-                ident = identity(nxt)
-                i = ids.get(ident)
-                if i is None:
-                    ids[ident] = len(hyps)
-                    hyps.append(nxt)
-                    tags.append(tag)
-                    frontier.append((nxt, tag))
-                elif tags[i] and not tag:
-                    tags[i] = tag
-                    frontier.append((nxt, tag))
-        return list(zip(hyps, tags, strict=True))
-
-    # -- handing over to the engine --------------------------------------------------------
-
-    def _delegate(self, obs: oracle.Observation) -> Violation | None:
-        """Let an old engine seeded with these states and notes judge ``obs``; take its states."""
-        old = seeded_engine(self)
-        violation = old.observe(obs)
-        self.warnings.extend(old.warnings)
-        if violation is not None:
-            self.violation = violation
-            return violation
-        self.resume(old.tagged_states(), old, stopped=old.stopped)
-        return None
-
-    def resume(self, states: Mapping[State, bool], notes: Notes, *, stopped: bool) -> None:
-        """Start from ``states`` (as ``tagged_states`` gives them: all share one index),
-        ``notes`` and ``stopped``; the states are factorised against the first."""
-        pairs = list(states.items())
-        first = pairs[0][0]
-        self.base = {k: (p.generation, _CODE[p.phase], p.verdict, p.requesters)
-                     for k, p in first.probes}
-        self.index = {r: set(ks) for r, ks in first.index}
-        self.stopped = stopped
-        self.hyps, self.tags = [], []
-        for state, tag in pairs:
-            table = {k: (p.generation, _CODE[p.phase], p.verdict, p.requesters)
-                     for k, p in state.probes}
-            overlay: Overlay = {k: None for k in self.base if k not in table}
-            overlay.update((k, p) for k, p in table.items() if self.base.get(k) != p)
-            self.hyps.append((
-                overlay, state.next_generation, tuple(map(tuple, state.batch)),
-                tuple(tuple(map(tuple, b)) for b in state.queue), tuple(map(tuple, state.held)),
-                tuple(map(tuple, state.answered)), tuple(map(tuple, state.posted)),
-                state.drain_due,
-            ))
-            self.tags.append(tag)
-        self.take_notes(notes)
-
-
-def seeded_engine(fast: FastChecker) -> oracle.Checker:
-    """An old engine holding exactly ``fast``'s possible states (in order, tagged) and notes."""
-    old = oracle.Checker(
-        hidden_worker=fast.hidden_worker, max_states=fast.max_states,
-        tagged_kept=fast.tagged_kept,
-    )
-    old.resume(fast.tagged_states(), fast, stopped=fast.stopped)
-    return old
-
 
 # -- helpers on possible states --------------------------------------------------------
-
-
-def _concrete(h: H) -> tuple[Any, ...]:
-    """State ``h`` but its next generation: equal ones explain the same futures."""
-    return (frozenset(h[0].items()), h[2], h[3], h[4], h[5], h[6], h[7])
 
 
 def _explains(base: dict[bytes, P], posted: tuple[Any, ...], key: bytes, verdict: object) -> bool:
@@ -802,14 +524,3 @@ def _explains(base: dict[bytes, P], posted: tuple[Any, ...], key: bytes, verdict
             p = (p[0], RESOLVED, value, p[3]) if p[3] else None
     return verdict is (None if p is None else p[2])
 
-
-def _take(h: H) -> H | None:
-    if h[4] or h[5] or not h[3]:
-        return None
-    return (h[0], h[1], h[2], h[3][1:], h[3][0], h[5], h[6], h[7])
-
-
-def _post(h: H) -> H | None:
-    if not h[5]:
-        return None
-    return (h[0], h[1], h[2], h[3], h[4], (), h[6] + h[5], h[7])
