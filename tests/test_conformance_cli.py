@@ -98,8 +98,6 @@ def test_replay_out_writes_a_pytest_file(
         (["--impl", OWN, "--method", "flush=none"], "flush is required, it cannot be none"),
         (["--impl", OWN, "--tables", "results=_by_request"],
          "--tables results=_by_request: OwnNames._by_request is a dict, not a queue"),
-        ([*SIZED, "--impl-arg", "n_lookup_threads=1", "--regression-out", "x.py"],
-         "--regression-out does not yet write classes that need --impl-arg"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(

@@ -1,47 +1,62 @@
 """Regression files (``fuzz --regression-out``): they run where asynclookup is not importable,
-fail on the buggy class and pass, unchanged, on its fix.
+fail on the buggy class and pass, unchanged, on its fix, whatever the class's shape.
 
 The outside world is a fresh venv (``venv``, as tests/test_wheel.py builds one)
 whose site-packages holds only pytest and what pytest needs, linked from this
 environment; the user's module is the only thing on its PYTHONPATH.  Each pair
 of tests/regression_pairs is judged by the real CLI (a subprocess with the buggy
-twin's directory on its path, as a maintainer runs it), and the file it writes
-is run there on the buggy twin, then on the fixed twin of the same module name.
+twin's directory on its path and the pair's shape options, as a maintainer runs
+it), and the two files it writes (the test and the shared harness beside it) are
+run there on the buggy twin, then on the fixed twin of the same module name.
 
-Cost: the four CLI runs go at once in one fixture (about 24 s wall, most of it
-the zip bug's bounded waits for a post that never comes; about 6 s CPU); each
-outside pytest run takes about 0.5 s, a failing zip one 3 s (its WAIT).  The
-whole module: about 50 s wall, 16 s CPU, on a loaded 2-core machine.
+Cost: the eight CLI runs go four at a time in one fixture (about 60 s wall on a
+loaded 2-core machine, most of it the oracle's bounded waits for posts that never
+come); each outside pytest run takes about 0.5 s, a failing short-answer one 6 s
+(its settle's and its re-asks' WAIT).
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.metadata
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
 import venv
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 
 from asynclookup import cli
-from asynclookup.conformance.regression._harness import oracle_code
-from asynclookup.conformance.regression._paths import memory_answer
-from asynclookup.conformance.regression.writer import regression_file, unsupported
+from asynclookup.conformance.driver import ConformanceError
+from asynclookup.conformance.regression import harness
+from asynclookup.conformance.regression.writer import (
+    _command,
+    _shape_arguments,
+    harness_text,
+    regression_file,
+    unsupported,
+    write_regression,
+)
 from asynclookup.conformance.replay import replay
 from asynclookup.conformance.targets import adapter
 from asynclookup.conformance.targets.adapter import Plan
-from asynclookup.conformance.targets.vllm import PREFIX, impl_spec
+from asynclookup.conformance.targets.shape import split_spec
+from asynclookup.conformance.targets.tables import TablesUsed
+from asynclookup.conformance.targets.vllm import PREFIX
 from tests.doc_examples import ExampleError, run_file
 from tests.regression_pairs import BUGGY, FIXED, PAIRS, Pair
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = Path(sys.executable).parent / "asynclookup"
+RUFF = Path(sys.executable).parent / "ruff"
+HELPER = "asynclookup_regression.py"
 ZIP = "impl:tests.zoo.mutants:ZipTruncatesShortAnswers"
 PADDED = '''"""The zoo's mutants module, with ZipTruncatesShortAnswers fixed."""
 from typing import Any
@@ -59,6 +74,7 @@ class ZipTruncatesShortAnswers(VllmShapedManager):
             return [False] * len(keys)
         return got + [False] * (len(keys) - len(got))
 '''
+SHORT_PAIRS = [p for p in PAIRS if p.faults == "short"]  # vLLM 0.34's bug, every shape
 
 
 # -- the outside world ----------------------------------------------------------------
@@ -108,6 +124,15 @@ def pytest_outside(python: Path, work: Path, user: Path) -> subprocess.Completed
                        "test_regression.py")
 
 
+def place(work: Path, text: str) -> Path:
+    """``text`` as work/test_regression.py with the harness beside it; the user's dir."""
+    (work / "test_regression.py").write_text(text, encoding="utf-8")
+    (work / HELPER).write_text(harness_text(), encoding="utf-8")
+    user = work / "user"
+    user.mkdir(exist_ok=True)
+    return user
+
+
 def test_the_outside_python_has_pytest_and_nothing_of_this_project(
     outside: Path, tmp_path: Path
 ) -> None:
@@ -118,28 +143,30 @@ def test_the_outside_python_has_pytest_and_nothing_of_this_project(
         assert done.returncode == 1 and "ModuleNotFoundError" in done.stderr, name
 
 
-# -- four pairs, through the real CLI -------------------------------------------------
+# -- eight pairs, through the real CLI ------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Module name -> the regression file the CLI wrote for its buggy twin (all at once)."""
-    out = tmp_path_factory.mktemp("generated")
+    """Module name -> the regression file the CLI wrote for its buggy twin (four at a
+    time), each in a directory of its own beside its harness, which must be the one
+    ``harness_text`` gives."""
     env = dict(os.environ, PYTHONPATH=str(BUGGY))  # the user's module, as on their path
-    runs = {
-        pair.module: subprocess.Popen(
-            [str(CLI), "fuzz", "--impl", pair.impl, "--faults", pair.faults, "--seed", "1",
-             "--quiet", "--regression-out", str(out / f"{pair.module}.py")],
+
+    def fuzz(pair: Pair) -> str:
+        out = tmp_path_factory.mktemp(pair.module)
+        done = subprocess.run(
+            [str(CLI), "fuzz", "--impl", pair.impl, *pair.options, "--faults", pair.faults,
+             "--seed", "1", "--quiet", "--regression-out", str(out / "test_regression.py")],
             cwd=out, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            timeout=300,
         )
-        for pair in PAIRS
-    }
-    texts = {}
-    for module, run in runs.items():
-        printed, _ = run.communicate(timeout=300)
-        assert run.returncode == 1, printed
-        texts[module] = (out / f"{module}.py").read_text(encoding="utf-8")
-    return texts
+        assert done.returncode == 1, done.stdout
+        assert (out / HELPER).read_text(encoding="utf-8") == harness_text()
+        return (out / "test_regression.py").read_text(encoding="utf-8")
+
+    with ThreadPoolExecutor(4) as pool:
+        return dict(zip((p.module for p in PAIRS), pool.map(fuzz, PAIRS), strict=True))
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: p.module)
@@ -147,43 +174,95 @@ def test_the_file_fails_on_the_buggy_twin_and_passes_on_the_fixed_one(
     pair: Pair, generated: dict[str, str], outside: Path, tmp_path: Path
 ) -> None:
     """Outside this project the CLI's file fails on the bug, at its step, naming its
-    property; with the fixed twin under the same module name it passes unchanged."""
-    user = tmp_path / "user"
-    user.mkdir()
-    (tmp_path / "test_regression.py").write_text(generated[pair.module], encoding="utf-8")
+    property and the section of docs/properties.md; with the fixed twin under the same
+    module name it passes unchanged."""
+    user = place(tmp_path, generated[pair.module])
     shutil.copy(BUGGY / f"{pair.module}.py", user)
     failed = pytest_outside(outside, tmp_path, user)
     assert failed.returncode == 1, failed.stdout + failed.stderr
     assert f"step {_breaking_step(generated[pair.module])}, " in failed.stdout, failed.stdout
-    assert f"that breaks property {pair.number} " in failed.stdout, failed.stdout
+    assert f"That breaks property {pair.number} (" in failed.stdout, failed.stdout
+    assert f"docs/properties.md#{pair.number}-" in failed.stdout, failed.stdout
     shutil.copy(FIXED / f"{pair.module}.py", user)
     passed = pytest_outside(outside, tmp_path, user)
     assert passed.returncode == 0, passed.stdout + passed.stderr
 
 
+@pytest.mark.parametrize("pair", SHORT_PAIRS, ids=lambda p: p.module)
+def test_a_short_answer_failure_names_the_key_and_what_the_tier_answered(
+    pair: Pair, generated: dict[str, str], outside: Path, tmp_path: Path
+) -> None:
+    """The short-answer bug's message says, in the class's names, which key never got a
+    verdict and what the tier answered for it (too few values: [])."""
+    user = place(tmp_path, generated[pair.module])
+    shutil.copy(BUGGY / f"{pair.module}.py", user)
+    failed = pytest_outside(outside, tmp_path, user).stdout
+    assert "never got a verdict: the tier was asked [b'k" in failed, failed
+    assert "and answered []" in failed, failed
+    lookup = dict(o.split("=") for o in ",".join(pair.options[1::2]).split(",")
+                  if "=" in o).get("lookup", "lookup")
+    assert f"step {_breaking_step(generated[pair.module])}, {lookup}(b'k" in failed, failed
+
+
 def _breaking_step(text: str) -> int:
-    """The number of the counterexample's last step (the closing shutdown aside)."""
-    steps = [line.strip() for line in text.splitlines() if line.strip().startswith("# Step ")]
-    return max(int(line.split()[2].rstrip(":")) for line in steps
-               if "as every run ends" not in line)
+    """The number of the step whose comment says the class broke the property."""
+    lines = text.splitlines()
+    marked = next(i for i, line in enumerate(lines) if " broke property " in line
+                  and line.strip().startswith("#") and line.strip().endswith(" here"))
+    numbered = [line.strip() for line in lines[:marked]
+                if line.strip().startswith("# ") and line.strip()[2:3].isdigit()]
+    return int(numbered[-1][2:].split(".")[0])
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: p.module)
-def test_the_file_reads_as_named_steps_with_what_the_spec_allows(
+def test_the_file_reads_as_the_calls_each_with_one_line_of_why(
     pair: Pair, generated: dict[str, str]
 ) -> None:
-    """Each step has a title and a comment saying what is allowed; the failing step says so;
-    asynclookup appears only in the docstring's command that regenerates the file."""
+    """The test's body is the calls, each under a numbered comment saying what is allowed;
+    asynclookup appears only in the docstring (the command that regenerates the file),
+    which names the file without a directory; ruff at 88 columns is clean; a file of at
+    most six calls is at most 100 lines."""
     text = generated[pair.module]
-    test = text[text.index("\ndef test_"):text.index("# -- the harness")]
-    assert f"def test_{pair.module.split('_')[0]}" in test
+    test = text[text.index("\ndef test_"):]
     assert f"keeps_property_{pair.number}()" in test
-    assert "# Step 1: " in test and "run.lookup(" in test and "protocol allows" in test
-    assert f"This is where {pair.cls} broke property {pair.number} " in test
+    assert "# 1. " in test and "run.lookup(" in test and "the protocol allows" in test
+    assert f"{pair.cls} broke property {pair.number} " in test
     module_doc = ast.get_docstring(ast.parse(text)) or ""
-    assert text.count("asynclookup") == module_doc.count("asynclookup") == 1
+    assert "import asynclookup\n" not in text and "from asynclookup." not in text
     command = " ".join(module_doc.replace("\\\n", " ").split())
-    assert f"asynclookup fuzz --impl {pair.impl} --faults {pair.faults} --seed 1" in command
+    assert f"asynclookup fuzz --impl {pair.impl} " in command, command
+    assert " ".join(pair.options) in command.replace("'", ""), command
+    assert command.endswith("--regression-out test_regression.py"), command
+    assert "/tmp" not in text and str(ROOT) not in text
+    steps = sum(line.strip().startswith("# ") and line.strip()[2:3].isdigit()
+                for line in test.splitlines())
+    if steps <= 7:  # six calls and the closing shutdown
+        assert len(text.splitlines()) <= 100, len(text.splitlines())
+
+
+def test_the_written_files_are_clean_under_ruff_at_88_columns(tmp_path: Path) -> None:
+    """A maintainer's linter at its default line length has nothing to say about the
+    test or its harness (pyflakes, pycodestyle, bugbear, pyupgrade)."""
+    written = write_regression(zip_error(), tmp_path / "test_regression.py")
+    assert [p.name for p in written] == ["test_regression.py", HELPER]
+    done = subprocess.run([str(RUFF), "check", "--isolated", "--line-length", "88",
+                           "--select", "E,F,W,B,UP", *map(str, written)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout
+
+
+def test_the_harness_is_written_once_and_rewritten_only_when_it_changed(
+    tmp_path: Path
+) -> None:
+    """A second regression file in the same directory leaves the harness alone; a stale
+    harness there is rewritten."""
+    error = zip_error()
+    assert len(write_regression(error, tmp_path / "test_one.py")) == 2
+    assert [p.name for p in write_regression(error, tmp_path / "test_two.py")] == [
+        "test_two.py"]
+    (tmp_path / HELPER).write_text("# an older harness\n", encoding="utf-8")
+    assert len(write_regression(error, tmp_path / "test_three.py")) == 2
+    assert (tmp_path / HELPER).read_text(encoding="utf-8") == harness_text()
 
 
 def test_a_step_the_spec_lets_go_two_ways_passes_on_the_fix_either_way(
@@ -206,9 +285,7 @@ def test_a_step_the_spec_lets_go_two_ways_passes_on_the_fix_either_way(
     assert error is not None and error.violation.number == 2
     text = regression_file(error)
     assert "branches=True" in text
-    user = tmp_path / "user"
-    user.mkdir()
-    (tmp_path / "test_regression.py").write_text(text, encoding="utf-8")
+    user = place(tmp_path, text)
     shutil.copy(BUGGY / "kv_probe.py", user)
     failed = pytest_outside(outside, tmp_path, user)
     assert failed.returncode == 1 and "step 7, " in failed.stdout, failed.stdout
@@ -220,36 +297,28 @@ def test_a_step_the_spec_lets_go_two_ways_passes_on_the_fix_either_way(
 # -- the file's contents ----------------------------------------------------------------
 
 
-def zip_file(wait: float = 0.5) -> str:
-    """The regression file of the zoo's zip-truncation kill (a known 6-call counterexample:
-    the stranded key's verdict never shows, however often it is asked for)."""
+def zip_error(wait: float = 0.5) -> ConformanceError:
+    """The zoo's zip-truncation kill (a known 6-call counterexample: the stranded key's
+    verdict never shows, however often it is asked for)."""
     config = {"target": ZIP, "mode": "threaded", "tier": "memory", "faults": "all"}
     steps = [("lookup", (b"k0", "A")), ("flush", ()), ("answer", (Plan("short"),)),
              ("settle", ()), ("lookup", (b"k0", "A")), ("await_verdict", (b"k0", "A"))]
     error = replay(config, steps, wait)
     assert error is not None and error.violation.number == 6
-    return regression_file(error)
+    return error
 
 
-def test_the_file_imports_only_the_class_pytest_and_the_standard_library() -> None:
-    """The generated module imports the user's class, pytest and stdlib modules, nothing else."""
-    tree = ast.parse(zip_file())
-    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
-                for a in n.names}
-    imported |= {n.module.split(".")[0] for n in ast.walk(tree)
-                 if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported - set(sys.stdlib_module_names) == {"pytest", "tests"}
-
-
-def test_the_file_is_clean_under_ruff(tmp_path: Path) -> None:
-    """A maintainer's linter has nothing to say about the file (pyflakes, pycodestyle,
-    bugbear, pyupgrade; lines of at most 100)."""
-    path = tmp_path / "test_regression.py"
-    path.write_text(zip_file(), encoding="utf-8")
-    done = subprocess.run([str(Path(sys.executable).parent / "ruff"), "check", "--isolated",
-                           "--line-length", "100", "--select", "E,F,W,B,UP", str(path)],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stdout
+def test_the_files_import_only_the_class_pytest_and_the_standard_library() -> None:
+    """The test imports the user's class and its harness; the harness only the standard
+    library (the oracle's code it needs is written in)."""
+    for text, allowed in ((regression_file(zip_error()), {"tests", "asynclookup_regression"}),
+                          (harness_text(), set())):
+        tree = ast.parse(text)
+        imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                    for a in n.names}
+        imported |= {n.module.split(".")[0] for n in ast.walk(tree)
+                     if isinstance(n, ast.ImportFrom) and n.module}
+        assert imported - set(sys.stdlib_module_names) == allowed
 
 
 def test_the_zoo_zip_file_fails_there_and_passes_with_the_short_answer_padded(
@@ -257,13 +326,12 @@ def test_the_zoo_zip_file_fails_there_and_passes_with_the_short_answer_padded(
 ) -> None:
     """The zoo's 0.34-shaped zip mutant: its file fails outside this project, naming
     property 6, and passes once the short answer is padded with False."""
-    user = tmp_path / "user"
+    user = place(tmp_path, regression_file(zip_error()))
     zoo = user / "tests" / "zoo"
     zoo.mkdir(parents=True)
     (user / "tests" / "__init__.py").write_text('"""A user\'s tests."""\n')
     for name in ("__init__.py", "vllm_shaped.py", "mutants.py"):
         shutil.copy(ROOT / "tests" / "zoo" / name, zoo / name)
-    (tmp_path / "test_regression.py").write_text(zip_file())
     failed = pytest_outside(outside, tmp_path, user)
     assert failed.returncode == 1 and "property 6 (progress)" in failed.stdout, failed.stdout
     (zoo / "mutants.py").write_text(PADDED)
@@ -271,50 +339,62 @@ def test_the_zoo_zip_file_fails_there_and_passes_with_the_short_answer_padded(
     assert passed.returncode == 0, passed.stdout + passed.stderr
 
 
-def test_the_scripted_tier_answers_as_the_oracle_does() -> None:
-    """The harness's tier answers (copied from the oracle's source) give, for every plan
-    kind, size, bits and number of keys, what the oracle's tier gives."""
-    space: dict[str, object] = {}
-    head = "from __future__ import annotations\nimport threading\nfrom collections.abc " \
-           "import Iterator, Sequence\nfrom dataclasses import dataclass\n"
-    exec(compile(head + oracle_code(), "harness", "exec"), space)
+def test_the_written_harness_answers_as_the_oracle_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The written harness's tier answers (the oracle's source, written in) give, for
+    every plan kind, size, bits and number of keys, what the oracle's tier gives."""
+    (tmp_path / HELPER).write_text(harness_text(), encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "asynclookup_regression", raising=False)
+    written = importlib.import_module("asynclookup_regression")
+    monkeypatch.delitem(sys.modules, "asynclookup_regression")
+    assert written.Plan is not Plan  # its own copy, not this package's
     for kind, size, n in itertools.product(adapter.PLAN_KINDS, range(3), range(4)):
         for bits in ((), (True,), (True, False, True)):
-            ours = Plan(kind, bits, size)
-            theirs = space["Plan"](kind, bits, size)  # type: ignore[operator]
-            expected = memory_answer(ours, n)
-            got = space["memory_answer"](theirs, n)  # type: ignore[operator]
+            expected = harness.memory_answer(Plan(kind, bits, size), n)
+            got = written.memory_answer(written.Plan(kind, bits, size), n)
             assert (got.values, got.raises, got.lazy, got.slow) == (
                 expected.values, expected.raises, expected.lazy, expected.slow)
 
 
-def test_an_adapter_target_cannot_have_a_regression_file() -> None:
-    """Only vLLM-shaped classes (--impl) on the memory tier get a regression file."""
+def test_every_property_link_is_a_section_of_docs_properties() -> None:
+    """The anchor a failure message links for each property is a heading of
+    docs/properties.md."""
+    page = (ROOT / "docs" / "properties.md").read_text(encoding="utf-8")
+    headings = {re.sub(r"[^\w\- ]", "", line[3:].strip().lower()).replace(" ", "-")
+                for line in page.splitlines() if line.startswith("## ")}
+    assert {anchor for _, anchor in harness.TITLES.values()} <= headings
+
+
+def test_every_shape_can_have_a_regression_file_but_adapters_cannot() -> None:
+    """Only vLLM-shaped classes (--impl) on the memory tier get a regression file; every
+    shape option is accepted (the file's SHAPE carries it)."""
     assert unsupported({"target": "reference"}) is not None
     assert unsupported({"target": ZIP, "tier": "fs"}) is not None
-    assert unsupported({"target": ZIP, "tier": "memory"}) is None
+    for options in (";method=mark_miss=invalidate", ";cleanup-arg=context",
+                    ";verdicts=tests.shapes.verdicts:to_bool", ";tables=probes=_x",
+                    ";args=n_lookup_threads=1", ";drain-before-lookup", ""):
+        assert unsupported({"target": ZIP + options, "tier": "memory"}) is None, options
 
 
-def test_a_class_of_another_shape_is_refused_but_named_tables_are_not() -> None:
-    """--method, --cleanup-arg and --verdicts would need the mapping in the file: refused;
-    --tables only changes which attributes the file reads: accepted."""
-    mutant = ZIP.removeprefix(PREFIX)
-    renamed = PREFIX + impl_spec(mutant, cleanup_arg="id")
-    assert "--cleanup-arg" in (unsupported({"target": renamed, "tier": "memory"}) or "")
-    named = PREFIX + impl_spec(mutant, tables="probes=_lookup_state")
-    assert unsupported({"target": named, "tier": "memory"}) is None
-
-
-def test_the_cli_refuses_another_shape_before_fuzzing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """fuzz --regression-out with --cleanup-arg exits 2 with one line, and writes nothing."""
-    out = tmp_path / "test_regression.py"
-    code = cli.main(["fuzz", "--impl", ZIP.removeprefix(PREFIX), "--cleanup-arg", "id",
-                     "--regression-out", str(out)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "--cleanup-arg" in err[0]
-    assert not out.exists()
+def test_a_file_carries_the_shape_it_was_written_for() -> None:
+    """Constructor arguments, method names, the cleanup's argument, a verdicts function
+    and a drain before each lookup all reach the file's SHAPE, and the command that
+    regenerates it spells them as the CLI takes them."""
+    head, shape = split_spec("m:C;method=mark_miss=invalidate,mark_present=none;cleanup-arg="
+                             "context;verdicts=v.mod:to_bool;args=n_lookup_threads=2;"
+                             "drain-before-lookup")
+    parts, imports = _shape_arguments(shape, TablesUsed(), {})
+    assert parts == ["kwargs={'n_lookup_threads': 2}", "methods={'mark_miss': 'invalidate'}",
+                     "cleanup_context=True", "verdicts=to_bool", "drain_before_lookup=True"]
+    assert imports == [("v.mod", "to_bool")]
+    command = _command(head, shape, "short", "asynclookup fuzz --impl m:C --seed 3 "
+                       "--regression-out /somewhere/t.py", "t.py")
+    assert command == (
+        "asynclookup fuzz --impl m:C --method mark_miss=invalidate,mark_present=none "
+        "--cleanup-arg context --verdicts v.mod:to_bool --impl-arg n_lookup_threads=2 "
+        "--drain-before-lookup --faults short --seed 3 --regression-out t.py"), command
 
 
 def test_a_run_without_a_violation_writes_no_file_and_says_so(
@@ -327,7 +407,7 @@ def test_a_run_without_a_violation_writes_no_file_and_says_so(
     code = cli.main(["fuzz", "--impl", "hit_cache:HitCacheManager", "--examples", "5",
                      "--seed", "1", "--quiet", "--regression-out", str(out)])
     monkeypatch.delitem(sys.modules, "hit_cache", raising=False)
-    assert code == 0 and not out.exists()
+    assert code == 0 and not out.exists() and not (tmp_path / HELPER).exists()
     assert "--regression-out: no violation" in capsys.readouterr().err
 
 
@@ -343,7 +423,8 @@ def test_a_class_whose_results_are_on_no_queue_gets_a_file_that_re_asks() -> Non
     assert error is not None and error.violation.number == 6, error
     error.config = dict(config, target=PREFIX + "tests.outside.condition_style:ConditionManager")
     text = regression_file(error)
-    assert "run.await_verdict(\n            b'k1', 'A', allowed={False}," in text
+    assert "run.await_verdict(b'k1', 'A', allowed={False}, breaks=6)" in text
+    assert "results=" not in text
 
 
 def test_a_docs_pytest_line_must_give_the_exit_code_it_shows(tmp_path: Path) -> None:

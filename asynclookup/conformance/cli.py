@@ -43,7 +43,7 @@ from asynclookup.conformance.driver import (
     ConformanceError,
     format_counterexample,
 )
-from asynclookup.conformance.regression.writer import RegressionError, regression_file, unsupported
+from asynclookup.conformance.regression.writer import RegressionError, unsupported, write_regression
 from asynclookup.conformance.replay import replay_file
 from asynclookup.conformance.targets.adapter import FAULT_KINDS, faults_text, parse_faults
 from asynclookup.conformance.targets.load import leak_tables, load_target
@@ -179,14 +179,14 @@ def run_fuzz(args: argparse.Namespace) -> int:
         replay = args.replay_out
     if error is not None and args.regression_out:
         try:
-            text = regression_file(error, command=_regression_command(args))
+            written = write_regression(error, args.regression_out,
+                                       command=_regression_command(args))
         except RegressionError as exc:
             print(f"asynclookup fuzz: --regression-out: {exc}", file=sys.stderr)
         else:
-            with open(args.regression_out, "w", encoding="utf-8") as out:
-                out.write(text)
-            print(f"regression test: {args.regression_out} (pytest {args.regression_out})",
-                  file=sys.stderr)
+            helper = f", its harness {written[1]}" if len(written) > 1 else ""
+            print(f"regression test: {args.regression_out}{helper} "
+                  f"(pytest {args.regression_out})", file=sys.stderr)
     elif args.regression_out:  # nothing to regress: say so rather than leave the user guessing
         print(f"asynclookup fuzz: --regression-out: no violation, {args.regression_out} "
               "not written", file=sys.stderr)
@@ -236,11 +236,6 @@ def _configure(args: argparse.Namespace) -> tuple[FuzzConfig, ExampleDatabase | 
         if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
             raise _bad(f"--regression-out: cannot write {args.regression_out!r}")
         why = unsupported({"target": target, "tier": args.tier})
-        if why is None and (target.args or target.drain_before_lookup):
-            # the writer (conformance.regression) builds the class with the tier's name
-            # alone and never drains before a lookup: its file would test another shape
-            why = ("--regression-out does not yet write classes that need --impl-arg or "
-                   "--drain-before-lookup")
         if why is not None:
             raise _bad(why)
     if args.replay_out is not None:

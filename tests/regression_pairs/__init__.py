@@ -7,10 +7,15 @@ maintainer generates the regression file from the buggy twin, commits it, fixes
 the class, and the same file passes: tests/test_conformance_regression.py does exactly
 that, in a fresh directory where this project cannot be imported.
 
-The four modules are written in different styles (a vLLM 0.34 copy with plain
-objects; slots dataclasses, a generation counter and table names of its own;
-an IntEnum phase in list records and an ``iter(get, None)`` worker loop; frozen
-records replaced on every change, in tables on a plain bookkeeping object).  The
+The first four modules are written in different styles (a vLLM 0.34 copy with
+plain objects; slots dataclasses, a generation counter and table names of its
+own; an IntEnum phase in list records and an ``iter(get, None)`` worker loop;
+frozen records replaced on every change, in tables on a plain bookkeeping
+object).  The next four have vLLM 0.34's short-answer bug in a shape the oracle
+drives only with options (``Pair.options``): calls under names of their own
+(``--method``), a cleanup given the request context (``--cleanup-arg
+context``), a pool of tier threads sized by the constructor (``--impl-arg``),
+and no cleanup at all (``--method cleanup=none``).  The
 twins are copies on purpose: a fixed file is what the maintainer has after the
 fix, and ``diff buggy/M.py fixed/M.py`` shows only the bug and its docstring.
 These are test data: the oracle's own code never imports them.
@@ -34,6 +39,7 @@ class Pair:
     number: int  # the property the regression file is named after and fails on
     step: int  # the step of the regression file that fails on the buggy twin
     faults: str = "all"  # the fuzz run's --faults
+    options: tuple[str, ...] = ()  # the fuzz run's options that say the class's shape
 
     @property
     def impl(self) -> str:
@@ -42,11 +48,20 @@ class Pair:
 
 PAIRS = (
     # zip() over keys and a short answer strands the keys left out (vLLM 0.34)
-    Pair("prefix_lookup", "PrefixLookupManager", 6, 4, "raise,lazy-raise,short,long,slow"),
+    Pair("prefix_lookup", "PrefixLookupManager", 6, 4, "short"),
     # a result applied by key, not generation, delivers a superseded probe's verdict
     Pair("kv_probe", "KvProbeManager", 2, 6),
     # mark_miss forces a verdict on a PENDING probe, which gets a second one later
     Pair("hit_cache", "HitCacheManager", 3, 3),
     # cleanup leaves the request in the index: a leak the leak check names
     Pair("ledger", "LedgerManager", 4, 3),
+    # the short-answer bug (property 6) in four shapes
+    Pair("renamed_probe", "RenamedProbeManager", 6, 5, "short", (
+        "--method", "batch_lookup=tier_lookup,lookup=query,flush=end_step,cleanup=release,"
+        "drain_results=collect,shutdown=close,mark_miss=invalidate")),
+    Pair("context_release", "ContextReleaseManager", 6, 5, "short",
+         ("--cleanup-arg", "context")),
+    Pair("pool_probe", "PoolProbeManager", 6, 5, "short",
+         ("--impl-arg", "n_lookup_threads=3")),
+    Pair("no_cleanup", "NoCleanupManager", 6, 5, "short", ("--method", "cleanup=none")),
 )

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asynclookup.conformance.driver import ASKED_AGAIN, Call, ConformanceError
+from asynclookup.conformance.regression.harness import WAIT, memory_answer
 from asynclookup.conformance.targets.adapter import Plan
 from asynclookup.observe.engine import (
     Checker,
@@ -39,7 +40,6 @@ from asynclookup.observe.engine import (
     WorkerDied,
 )
 from asynclookup.observe.interface import Violation
-from asynclookup.observe.observations import Answer
 from asynclookup.spec.errors import AsyncLookupError
 from asynclookup.spec.properties import title_of
 from asynclookup.spec.state import State
@@ -85,8 +85,9 @@ class Step:
     unchecked: set[Outcome] = field(default_factory=set)  # property 8 warned: no more checks
     breaks: set[str] = field(default_factory=set)
     branches: bool = False
-    why: list[str] = field(default_factory=list)  # what the spec allows here, and why
+    why: str = ""  # what the spec allows here, and why, in one line
     failing: bool = False  # the call at which the class broke the property
+    asks: Outcome = None  # the (request, keys) tier call the recorded run answered here
 
 
 @dataclass(frozen=True)
@@ -97,11 +98,6 @@ class Explored:
     steps: list[Step]
     dead_worker: str
     leaks: dict[str, str]
-
-
-def memory_answer(plan: Plan, n: int) -> Answer:
-    """The oracle's memory tier: ``plan`` for n keys, the plan's bits padded with False."""
-    return plan.answer([plan.bits[i] if i < len(plan.bits) else False for i in range(n)])
 
 
 def _fork(path: _Path) -> _Path:
@@ -287,6 +283,10 @@ def _step(
         step.allowed[key] = (
             set(allowed) if call.method in VERDICT_CALLS else frozenset(allowed)
         )
+        if call.method == "answer":  # the tier call the recorded run answered here
+            step.asks = next((o for o in allowed if o is not None and any(
+                note.startswith(f"tier asked {list(o[1])!r} for {o[0]!r}:")
+                for note in call.notes)), step.asks)
         if call.method == "answer" and step.owed[key]:
             step.breaks.add(_title_of(path.checker, Stalled("tier call", True)))
     step.branches = any(len(v) > 1 for v in step.allowed.values())
@@ -299,92 +299,68 @@ def _title_of(checker: Checker, obs: Observation) -> str:
     return violation.title if violation is not None else title_of(6)
 
 
-# -- why: what the spec allows at a step, in words ---------------------------------------
+# -- why: what the spec allows at a step, in one line ------------------------------------
 
 
-def why(call: Call, before: Sequence[Sequence[State]], step: Step) -> list[str]:
-    """Sentences saying what the spec allows at ``call`` and why, read from the spec states
+def why(call: Call, before: Sequence[Sequence[State]], step: Step) -> str:
+    """One line saying what the spec allows at ``call`` and why, read from the spec states
     each path starts the call from (``before``)."""
     states = [s for group in before for s in group]
     method, args = call.method, call.args
     if method == "lookup":
-        key, request = args[0], args[1]
         allowed = sorted({v for a in step.allowed.values() for v in a}, key=repr)
-        said = [f"{_probe_text(states, key)}, so the protocol allows {_either(allowed)} "
-                f"here.{_drain_text(states, key)}"]
-        if not any(request in dict(s.probes)[key].requesters for s in states
-                   if key in dict(s.probes)):
-            said.append(f"{request!r} becomes a requester of {key!r}.")
-        if step.branches:
-            said.append("The verdict this class returns here decides what the later steps "
-                        "allow (branches=True).")
-        return said
+        said = f"{_probe_text(states, args[0])}: the protocol allows {_either(allowed)}"
+        return said + (" (what it returns decides the later steps)" if step.branches else "")
     if method == "flush":
         live = sorted({e.key for s in states for e in s.batch if _live(s, e.key, e.generation)})
         if not live:
-            return ["flush submits nothing live: no tier call is owed for it."]
-        return [f"flush submits {_keys(live)} to the worker, which then owes a tier call for "
-                "each request group (property 6)."]
+            return "flush submits nothing live: no tier call is owed for it"
+        return f"flush submits {_keys(live)}: the worker owes a tier call per request"
     if method == "answer":
         return _answer_text(call, step)
     if method == "settle":
         if not any(step.wait.values()):
-            return ["The worker owes no post here, so the test does not wait."]
-        return ["The worker has been answered and owes a result for every key it asked "
-                "about; the test gives it time to post them (a wait, not a check: the "
-                "steps after it judge what shows)."]
+            return "the worker owes no post here: nothing to wait for"
+        return "the worker was answered: wait until it posts (a wait, not a check)"
     if method == "await_verdict":
         allowed = sorted({v for a in step.allowed.values() for v in a}, key=repr)
-        return ["The tier answered and nothing more is owed, so the worker must post and "
-                "the verdict show (property 6): the test re-asks drain_results() and the "
-                f"lookup, bounded, and the protocol allows {_either(allowed)} then."]
+        return (f"nothing more is owed, so {args[0]!r} must show its verdict "
+                f"({_either(allowed)}) within {WAIT:g} s of re-asking")
     if method == "await_empty":
-        return ["Every request is cleaned up once the worker posts what it owes: the test "
-                "re-asks drain_results(), bounded, until the tables are empty "
-                "(properties 4 and 5)."]
+        return ("every request is cleaned up: once the worker posts, the tables must be "
+                "empty (properties 4, 5)")
     if method == "cleanup":
-        return [f"{args[0]!r} stops being a requester; a probe left without requesters is "
-                "deleted unless it is IN_FLIGHT (its result deletes it later)."]
+        return f"{args[0]!r} stops asking: its probes go, unless IN_FLIGHT"
     if method == "mark_miss":
-        return ["mark_miss turns RESOLVED verdicts of these keys into False; PENDING and "
-                "IN_FLIGHT probes are left alone (their own verdict will land)."]
+        return "RESOLVED verdicts of these keys become False; the others are left alone"
     if method == "mark_present":
-        return ["mark_present gives each key's probe a new generation and verdict True "
-                "(a probe nobody asks for is deleted), so older results become stale."]
+        return "each key gets a new generation, verdict True: older results are stale"
     if method == "drain_results":
-        return ["drain_results applies every posted result; a stale one is ignored."]
+        return "drain_results applies every posted result; a stale one is ignored"
     return _shutdown_text(step)
 
 
-def _answer_text(call: Call, step: Step) -> list[str]:
+def _answer_text(call: Call, step: Step) -> str:
     plan = call.args[0] if call.args else Plan()
     asked = sorted({c for a in step.allowed.values() for c in a if c is not None}, key=repr)
+    shown = " or ".join(f"{list(k)!r} for {r!r}" for r, k in asked) or "none"
     if not any(step.owed.values()):
-        if not asked:
-            return ["No tier call is owed here and none is allowed: the test checks that the "
-                    "worker makes none."]
-        return ["No tier call is owed here; if the worker makes one, it may be "
-                + " or ".join(f"{list(k)!r} for {r!r}" for r, k in asked) + "."]
-    shown = " or ".join(f"{list(k)!r} for {r!r}" for r, k in asked) or "nothing"
+        return f"no tier call is owed here; one that comes may be {shown}"
     answers = " or ".join(sorted({str(memory_answer(plan, len(k))) for _, k in asked}))
-    return [f"A flushed batch is waiting, so the worker owes a tier call (property 6): it "
-            f"may ask {shown}.",
-            f"The test answers {PLAN_WORDS.get(plan.kind, plan.kind)} ({answers}); whatever "
-            "the tier answers, the worker must survive it and give every key a verdict "
-            "(False for any key not answered properly)."]
+    return (f"the worker owes a tier call ({shown}); the tier {answers} "
+            f"({PLAN_WORDS.get(plan.kind, plan.kind)})")
 
 
-def _shutdown_text(step: Step) -> list[str]:
+def _shutdown_text(step: Step) -> str:
     sequences = {seq for a in step.allowed.values() for seq in a}
-    said = ["shutdown stops the worker after the batch in hand; the test answers its tier "
-            "calls at once."]
-    if sequences != {()}:
-        shown = " or ".join(
-            "no tier call" if not seq else ", then ".join(f"{list(k)!r} for {r!r}"
-                                                           for r, k in seq)
-            for seq in sorted(sequences, key=repr))
-        said.append(f"Meanwhile the protocol allows: {shown}.")
-    return said
+    said = "the worker stops after its batch in hand; tier calls answered at once"
+    if sequences == {()}:
+        return said
+    shown = " or ".join(
+        "no tier call" if not seq else ", then ".join(f"{list(k)!r} for {r!r}"
+                                                       for r, k in seq)
+        for seq in sorted(sequences, key=repr))
+    return f"{said}; it may ask {shown}"
 
 
 def _live(state: State, key: bytes, generation: int) -> bool:
@@ -393,34 +369,22 @@ def _live(state: State, key: bytes, generation: int) -> bool:
 
 
 def _probe_text(states: Sequence[State], key: bytes) -> str:
-    """How the spec's probe of ``key`` stands, over the possible states."""
-    seen: dict[str, None] = {}
+    """How the spec's probe of ``key`` stands, over the possible states, and what a
+    lookup's drain does to it first."""
+    seen: dict[str, set[bool]] = {}  # how it stands -> whether its result is posted
     for state in states:
         probe = dict(state.probes).get(key)
         if probe is None:
-            seen["has no probe yet: this lookup starts one (PENDING, no verdict)"] = None
+            shown = "has no probe yet (this lookup starts one)"
         elif probe.verdict is None:
-            article = "an" if probe.phase.name[0] in "AEIOU" else "a"
-            seen[f"has {article} {probe.phase.name} probe (no verdict yet)"] = None
+            shown = f"is {probe.phase.name}"
         else:
-            seen[f"has a RESOLVED probe with verdict {probe.verdict!r}"] = None
-    return f"{key!r} " + " or ".join(seen)
-
-
-def _drain_text(states: Sequence[State], key: bytes) -> str:
-    """What a lookup's drain does to ``key`` first, when results are posted for it."""
-    fresh = sum(any(r.key == key and _live(s, key, r.generation) for r in s.posted)
-                for s in states)
-    stale = any(r.key == key and not _live(s, key, r.generation) for s in states
-                for r in s.posted)
-    if fresh == len(states):
-        return " A result for it is posted: the lookup applies it first."
-    if fresh:
-        return (" Its result may be posted already (the lookup then applies it first and "
-                "returns its verdict) or not yet (None).")
-    if stale:
-        return " A result posted for an older generation of it is stale: the lookup ignores it."
-    return ""
+            shown = f"is RESOLVED {probe.verdict!r}"
+        seen.setdefault(shown, set()).add(any(
+            r.key == key and _live(state, key, r.generation) for r in state.posted))
+    posted = {True: ", its result posted", False: "", None: ", its result maybe posted"}
+    return f"{key!r} " + " or ".join(
+        shown + posted[next(iter(p)) if len(p) == 1 else None] for shown, p in seen.items())
 
 
 def _either(values: Sequence[object]) -> str:

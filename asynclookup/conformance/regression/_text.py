@@ -1,12 +1,15 @@
-"""Writing a regression file: the module's text from the explored steps
+"""Writing a regression file: the test module's text from the explored steps
 (``asynclookup.conformance.regression.writer``'s second part).
 
-``module_text`` renders each ``Step`` as a numbered comment (the call, what
-the class did when the file was written, what the spec allows there and why)
-and one ``run.<call>(...)`` line whose arguments are the allowances, then
-fills ``TEMPLATE`` (docstring, imports, constants, the test) and appends the
-harness (``_harness``).  Every value is written as a Python literal,
-sets in a stable order, so the same counterexample always gives the same file.
+``module_text`` renders each ``Step`` as one comment line (its number and what
+the spec allows there, and why) and one ``run.<call>(...)`` whose arguments are
+the allowances, under a docstring (the property, the oracle's counterexample,
+the command that regenerates the file) and a ``SHAPE`` saying how the class is
+built and called.  The checks themselves are the harness's
+(``regression.harness``, written beside the file).  Every value is a Python
+literal, sets in a stable order, and every line fits in 88 columns (a
+maintainer's ruff at its default), so the same counterexample always gives the
+same file.
 
 It does not decide anything: ``_paths`` worked out the allowances.
 """
@@ -16,16 +19,33 @@ from __future__ import annotations
 import re
 import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from asynclookup.conformance.regression._harness import harness
 from asynclookup.conformance.regression._paths import ByPath, Explored, Step
 from asynclookup.conformance.targets.adapter import Plan
-from asynclookup.spec.properties import title_of
 
-WIDTH = 96  # the generated file's line length
-JUDGED = ("lookup", "await_verdict", "answer", "shutdown")  # the harness calls that take breaks=
-INDENT = " " * 8  # a step inside ``with Run(...) as run:``
+WIDTH = 88  # the generated file's line length: ruff's and black's default
+JUDGED = ("lookup", "await_verdict", "answer", "shutdown")  # the calls that take breaks=
+INDENT = " " * 8  # a step inside ``with Run(SHAPE) as run:``
+HELPER = "asynclookup_regression"  # the harness module written beside the file
+
+
+@dataclass(frozen=True)
+class Head:
+    """What the file says above its test: the class, how it is built, the docstring's
+    parts (each already wrapped)."""
+
+    module: str
+    cls: str
+    shape: list[str]  # the Shape(...) arguments after the class, as source
+    imports: list[tuple[str, str]]  # (module, name) besides the class: --verdicts
+    title: str
+    number: int | None
+    calls: int  # the counterexample's calls (the closing shutdown aside)
+    detail: str
+    counterexample: str
+    command: str
 
 
 def literal(value: Any) -> str:
@@ -78,6 +98,7 @@ def _arguments(step: Step) -> list[str]:
     options = {
         "allowed": _by_path(step.allowed, None)
         if method in ("lookup", "await_verdict", "answer", "shutdown") else None,
+        "asks": literal(step.asks) if method == "answer" and step.asks else None,
         "owed": _by_path(step.owed, False) if method == "answer" else None,
         "wait": _by_path(step.wait, False) if method == "settle" else None,
         "empty": _by_path(step.empty, False),
@@ -89,55 +110,38 @@ def _arguments(step: Step) -> list[str]:
     return head + [f"{k}={v}" for k, v in options.items() if v is not None]
 
 
-def _call_lines(method: str, parts: Sequence[str], breaks: str | None) -> list[str]:
-    """``run.method(parts, breaks=...)`` on one line if it fits, else one argument a line
-    (a long ``breaks`` split into adjacent string literals)."""
-    every = [*parts, *([f"breaks={breaks!r}"] if breaks else [])]
-    one = f"run.{method}({', '.join(every)})"
-    if len(INDENT) + len(one) <= WIDTH:
+def call_lines(method: str, parts: Sequence[str], indent: str = INDENT) -> list[str]:
+    """``run.method(parts)`` on one line if it fits, else the arguments on lines of
+    their own, packed as many to a line as fit."""
+    one = f"run.{method}({', '.join(parts)})"
+    if len(indent) + len(one) <= WIDTH:
         return [one]
-    lines = [f"run.{method}("]
-    joined = "    " + ", ".join(parts) + ","
-    if parts and len(INDENT) + len(joined) <= WIDTH:
-        lines.append(joined)
-    else:
-        lines += [f"    {part}," for part in parts]
-    if breaks and len(INDENT) + len(f"    breaks={breaks!r},") > WIDTH:
-        chunks = textwrap.wrap(breaks, WIDTH - len(INDENT) - 12, drop_whitespace=False)
-        lines += ["    breaks=(", *(f"        {chunk!r}" for chunk in chunks), "    ),"]
-    elif breaks:
-        lines.append(f"    breaks={breaks!r},")
-    return [*lines, ")"]
+    lines, line = [f"run.{method}("], "   "
+    for part in parts:
+        if len(indent) + len(line) + 1 + len(part) + 1 > WIDTH and line.strip():
+            lines.append(line)
+            line = "   "
+        line += f" {part},"
+    return [*lines, line, ")"]
 
 
-def _comment(text: str, lead: str = "# ", rest: str = "#   ") -> list[str]:
-    width = WIDTH - len(INDENT)
-    return textwrap.wrap(text, width, initial_indent=lead, subsequent_indent=rest)
+def _comment(text: str, width: int = WIDTH - len(INDENT)) -> list[str]:
+    return textwrap.wrap(text, width, initial_indent="# ", subsequent_indent="#   ",
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def _step_lines(number: int, step: Step, cls: str, fails: str) -> list[str]:
-    """One step: its title, what the class did, what the spec allows and why, the call."""
-    call = step.call
-    title, _, did = call.text.partition(" -> ")
-    lines = [f"# Step {number}: {title}"]
-    if did:
-        shown = f"returned {did}" if call.method == "lookup" else {
-            "done": "posted them", "not within the bound": "did not post them in time"
-        }.get(did, did)
-        lines += _comment(f"(When this file was written, {cls} {shown}.)", "#   ", "#   ")
-    lines += [f"#   {note}" for note in call.notes]
-    for sentence in step.why:
-        lines += _comment(sentence, "#   ", "#   ")
+    """One step: its number and one line of why (wrapped if long), then the call."""
+    lines = _comment(f"{number}. {step.why}")
     if any(step.empty.values()):
-        lines += _comment("Nothing is live afterwards, so the class's tables must be empty "
-                          "(property 4 for its request index, 5 for the others).",
-                          "#   ", "#   ")
+        lines += _comment("   then nothing is live: the tables must be empty")
     if step.failing:
-        lines += _comment(f"This is where {cls} broke {fails}.", "#   ", "#   ")
-    breaks = "; or ".join(sorted(step.breaks)) or None
-    if call.method not in JUDGED:  # a scheduler call: its leak check names its own rule
-        breaks = None
-    return lines + _call_lines(call.method, _arguments(step), breaks)
+        lines += _comment(f"   {cls} broke {fails} here")
+    parts = _arguments(step)
+    breaks = sorted(int(re.findall(r"\d+", b)[0]) for b in step.breaks)
+    if step.call.method in JUDGED and breaks:
+        parts.append(f"breaks={breaks[0]}")
+    return lines + call_lines(step.call.method, parts)
 
 
 def test_name(cls: str, number: int | None) -> str:
@@ -151,83 +155,50 @@ def doc_safe(text: str) -> str:
     return text.replace('"""', "'''")
 
 
-def module_text(explored: Explored, *, cls: str, module: str, fields: dict[str, Any]) -> str:
-    """The whole regression module; ``fields``: the template's other values (title,
-    detail, counterexample, command, number, tables, results)."""
+def module_text(explored: Explored, head: Head) -> str:
+    """The whole regression test module."""
     body: list[str] = []
     for number, step in enumerate(explored.steps, 1):
-        if body:
-            body.append("")
-        body.extend(_step_lines(number, step, cls, fields["title"]))
-    about = ABOUT.format(cls=cls)
-    tables = "".join(f"    {path!r}: {title!r},\n" for path, title in fields["tables"].items())
-    fields = dict(fields, tables=(
-        "# each table the leak check reads, and what it breaks if it holds entries when\n"
-        "# nothing is live\nTABLES: dict[str, str] = {\n" + tables + "}" if tables else
-        "TABLES: dict[str, str] = {}  # no leak check: the class's tables were not found"))
-    test_doc = f"{cls} keeps {fields['title']} on the calls that broke it."
-    return TEMPLATE.format(
-        cls=cls, module=module, test=test_name(cls, fields["number"]),
-        about=textwrap.fill(about, 88),
-        test_doc=textwrap.fill(test_doc, 88, subsequent_indent="    "),
-        body="\n".join(f"{INDENT}{line}" if line else "" for line in body),
-        dead=explored.dead_worker, progress=title_of(6), harness=harness(),
-        **{k: v for k, v in fields.items() if k != "number"},
-    )
+        body.extend(_step_lines(number, step, head.cls, head.title))
+    used = {"Run", "Shape"} | {name for name in ("ByPath", "Plan")
+                               if any(f"{name}(" in line for line in body)}
+    names = ", ".join(sorted(used))
+    imports = {head.module: [head.cls]}
+    for module, name in head.imports:
+        imports.setdefault(module, []).append(name)
+    shape = ",\n".join(f"    {part}" for part in [head.cls, *head.shape])
+    test_doc = textwrap.fill(f"{head.cls} keeps {head.title} on the calls that broke it.",
+                             WIDTH - 7, initial_indent="    ", subsequent_indent="    ")
+    about = textwrap.fill(ABOUT.format(cls=head.cls, helper=HELPER), WIDTH)
+    return "\n".join([
+        f'r"""Regression test: {head.cls} breaks {head.title}.', "",
+        head.detail, "",
+        *textwrap.wrap(f"The run that shows it, shrunk to {head.calls} calls, as the "
+                       "conformance oracle of asynclookup printed it:", WIDTH), "",
+        head.counterexample, "", about, "", "Regenerated by:", "",
+        f"    {head.command}", '"""', "",
+        "from __future__ import annotations", "",
+        *sorted(f"from {m} import {', '.join(sorted(set(n)))}" for m, n in imports.items()),
+        "",
+        "try:  # the harness asynclookup writes beside this file, shared by its tests",
+        f"    from .{HELPER} import {names}",
+        "except ImportError:  # this directory is no package",
+        f"    from {HELPER} import {names}", "",
+        "# How the test builds and calls the class, and what it reads of it: the tables",
+        "# the oracle's leak check read (what an entry left in each breaks) and the",
+        "# queue its worker posts to.",
+        f"SHAPE = Shape(\n{shape},\n)", "", "",
+        f"def {test_name(head.cls, head.number)}() -> None:",
+        f'    """{test_doc.strip()}"""' if "\n" not in test_doc else
+        f'    """{test_doc.strip()}\n    """',
+        "    with Run(SHAPE) as run:",
+        *(f"{INDENT}{line}" for line in body), "",
+    ])
 
 
 ABOUT = (
-    "This test makes the same calls on a subclass of {cls} whose batch_lookup answers "
-    "from a script: each tier call of the worker is held until the test answers it, so "
-    "the test decides when every tier call ends and the run is the same every time.  "
-    "After each call it asserts what the protocol allows there, worked out from the "
-    "protocol's specification when this file was written; the comment above each step "
-    "says what that is and why.  It fails while {cls} breaks the property and passes once "
-    "it is fixed.  It imports only {cls}, pytest and the standard library, and every wait "
-    "is bounded: commit it with the class's own tests, unchanged."
+    "The test makes these calls again with the tier scripted ({helper}.py, written "
+    "beside this file) and checks after each one what the protocol allows there; the "
+    "comment above each call says why.  It fails while {cls} breaks the property and "
+    "passes once it is fixed; it imports only {cls}, the standard library and pytest."
 )
-
-TEMPLATE = '''r"""Regression test: {cls} breaks {title}.
-
-{detail}
-
-The run that shows it, shrunk to {n} calls, as the conformance oracle of the
-async lookup protocol printed it:
-
-{counterexample}
-
-{about}
-
-Regenerated by:
-
-    {command}
-"""
-
-from __future__ import annotations
-
-import queue
-import threading
-import time
-import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, NoReturn
-
-import pytest
-
-from {module} import {cls}
-
-WAIT = 3.0  # seconds: the longest wait for a tier call or a post the protocol owes
-UNOWED_WAIT = 0.5  # seconds to wait for a tier call the protocol does not owe
-RESULTS = {results!r}  # the worker's result queue, counted to wait for posts
-{tables}
-DEAD_WORKER = {dead!r}  # what a dead worker breaks
-PROGRESS = {progress!r}  # what a call that does not return breaks
-
-
-def {test}() -> None:
-    """{test_doc}"""
-    with Run({cls}) as run:
-{body}
-{harness}'''

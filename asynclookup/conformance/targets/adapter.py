@@ -124,18 +124,20 @@ class Plan:
         return Answer(b, slow=kind == "slow")
 
 
-def _deliver(answer: Answer) -> list[object] | Iterator[object]:
-    """Turn an answer into what ``batch_lookup`` returns (or raise it)."""
+def deliver(answer: Answer) -> list[object] | Iterator[object]:
+    """Turn an answer into what ``batch_lookup`` returns (or raise it).  Public: the
+    regression files' harness answers with this code (``conformance.regression``)."""
     if answer.slow:
         threading.Event().wait(SLOW_SECONDS)  # a slow tier, not a synchronisation
     if answer.raises and not answer.lazy:
         raise TierFault("oracle tier: this call fails")
     if answer.lazy:
-        return _lazy(answer)
+        return lazy_answer(answer)
     return list(answer.values)
 
 
-def _lazy(answer: Answer) -> Iterator[object]:
+def lazy_answer(answer: Answer) -> Iterator[object]:
+    """An answer as a lazy iterable: its values, then its exception if it raises."""
     yield from answer.values
     if answer.raises:
         raise TierFault("oracle tier: this answer fails part-way")
@@ -186,7 +188,7 @@ class OracleTier:
             if not pending.answered.wait(ANSWER_BOUND) or pending.answer is None:
                 raise TierFault("oracle tier: nobody answered this call")
             answer = pending.answer
-        return _deliver(answer)
+        return deliver(answer)
 
     def store(self, key: bytes, value: bytes = b"") -> None:
         if self.inner is not None:
