@@ -6,6 +6,7 @@ reference; shrinking must keep the property and never lengthen the example.
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -85,6 +86,20 @@ def test_the_replay_file_passes_on_the_reference(tmp_path: Path) -> None:
     path = tmp_path / "test_replay_drain.py"
     path.write_text(replay_file(shrink(long_drain_kill(), budget=5.0)))
     assert run_pytest(path, "reference") == 0
+
+
+def test_the_replay_file_is_its_template_filled_in() -> None:
+    """replay_template.py, a real module, is filled in: the placeholders and the
+    template's own note are gone, the counterexample's calls and target are in, and the
+    text parses."""
+    error = shrink(long_drain_kill(), budget=5.0)
+    text = replay_file(error)
+    ast.parse(text)
+    for gone in ("TITLE", "DETAIL", "CALLS", "This module is the template",
+                 '"stepped", "memory", False'):
+        assert gone not in text, gone
+    assert error.violation.title in text and "DrainWithoutGenerationCheck" in text
+    assert all(call.source in text for call in error.calls)
 
 
 class SlowPoster(VllmShapedManager):
