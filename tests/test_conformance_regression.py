@@ -294,6 +294,41 @@ def test_a_step_the_spec_lets_go_two_ways_passes_on_the_fix_either_way(
     assert passed.returncode == 0, passed.stdout + passed.stderr
 
 
+def test_a_pools_file_answers_the_tier_call_the_recorded_run_answered(
+    outside: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two groups of one batch reach a pool's tier at once; the file answers each by the
+    request and keys the recorded run answered (``asks=``), so the short answer goes to
+    the same group on every run: it fails on the buggy pool three times of three, at
+    the same step, and passes on the fixed one."""
+    monkeypatch.syspath_prepend(str(BUGGY))
+    monkeypatch.delitem(sys.modules, "pool_probe", raising=False)
+    config = {"target": PREFIX + "pool_probe:PoolProbeManager;args=n_lookup_threads=3",
+              "mode": "threaded", "tier": "memory", "faults": "short"}
+    steps = [("lookup", (b"k0", "A")), ("lookup", (b"k1", "B")), ("flush", ()),
+             ("answer", (Plan("proper"),)), ("answer", (Plan("short"),)), ("settle", ()),
+             ("lookup", (b"k0", "A")), ("lookup", (b"k1", "B")),
+             ("await_verdict", (b"k1", "B"))]
+    for _ in range(10):  # the pool's first call to arrive must be A's, to get "proper"
+        error = replay(config, steps, 0.5)
+        if error is not None:
+            break
+    monkeypatch.delitem(sys.modules, "pool_probe", raising=False)
+    assert error is not None and error.violation.number == 6
+    text = regression_file(error)
+    asked = [line.split("asks=")[1].split("),")[0] for line in text.splitlines()
+             if "asks=" in line]
+    assert len(asked) == 2 and asked[0] != asked[1], asked
+    user = place(tmp_path, text)
+    shutil.copy(BUGGY / "pool_probe.py", user)
+    for _ in range(3):
+        failed = pytest_outside(outside, tmp_path, user)
+        assert failed.returncode == 1 and "step 9, " in failed.stdout, failed.stdout
+    shutil.copy(FIXED / "pool_probe.py", user)
+    passed = pytest_outside(outside, tmp_path, user)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+
+
 # -- the file's contents ----------------------------------------------------------------
 
 

@@ -76,8 +76,11 @@ def _by_path(values: ByPath, default: Any) -> str | None:
     if len(distinct) <= 1:
         shown = distinct.pop() if distinct else literal(default)
         return None if shown == literal(default) else shown
-    rows = ", ".join(f"{literal(k)}: {literal(v)}" for k, v in values.items())
-    return f"ByPath({{{rows}}})"
+    rows = [f"{literal(k)}: {literal(v)}" for k, v in values.items()]
+    one = f"ByPath({{{', '.join(rows)}}})"
+    if len(one) <= WIDTH - len(INDENT) - 16:
+        return one
+    return "ByPath({\n" + "".join(f"{row},\n" for row in rows) + "})"  # a row a line
 
 
 def _arguments(step: Step) -> list[str]:
@@ -114,15 +117,21 @@ def call_lines(method: str, parts: Sequence[str], indent: str = INDENT) -> list[
     """``run.method(parts)`` on one line if it fits, else the arguments on lines of
     their own, packed as many to a line as fit."""
     one = f"run.{method}({', '.join(parts)})"
-    if len(indent) + len(one) <= WIDTH:
+    if len(indent) + len(one) <= WIDTH and "\n" not in one:
         return [one]
     lines, line = [f"run.{method}("], "   "
     for part in parts:
+        if "\n" in part:  # a ByPath of a row a line: the rows one level further in
+            first, *rows, last = part.split("\n")
+            lines += [line] if line.strip() else []
+            lines += [f"    {first}", *(f"        {row}" for row in rows), f"    {last},"]
+            line = "   "
+            continue
         if len(indent) + len(line) + 1 + len(part) + 1 > WIDTH and line.strip():
             lines.append(line)
             line = "   "
         line += f" {part},"
-    return [*lines, line, ")"]
+    return [*lines, *([line] if line.strip() else []), ")"]
 
 
 def _comment(text: str, width: int = WIDTH - len(INDENT)) -> list[str]:
