@@ -23,9 +23,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "asynclookup.spec", "asynclookup.observe", "asynclookup.reference", "asynclookup._cli",
         "hypothesis", "redis",
     ),
-    # orjson: the optional ``fast`` extra (check-trace --parser orjson)
+    # orjson, msgspec: the optional ``fast`` extra (check-trace --parser orjson/msgspec)
     "asynclookup.trace": (
-        "asynclookup.spec", "asynclookup.observe", "asynclookup._cli", "orjson",
+        "asynclookup.spec", "asynclookup.observe", "asynclookup._cli", "orjson", "msgspec",
     ),
     "asynclookup._cli": ("asynclookup.spec",),
     "asynclookup.examples": (),  # example classes for a first run: standard library only

@@ -112,7 +112,7 @@ class TraceChecker:
         self.anchors: deque[tuple[int, int | None]] = deque(maxlen=ANCHORS_KEPT)
         self.restarts = 0  # quiescent points the check restarted from
         self.last_restart = 0  # the line of the last of them
-        self._last_flush: int | None = None
+        self.last_flush: int | None = None
         self.fed = 0
         self._handlers: dict[str, Callable[[TraceEvent, FastChecker], Any]] = {
             "lookup_returned": self._lookup_returned, "tier_call_finished": self._tier_call,
@@ -280,7 +280,7 @@ class TraceChecker:
         error = data.get("error")
         action = ACTIONS[kind]  # the spec action this event records
         if action is core.Flush:
-            self._last_flush = event.line
+            self.last_flush = event.line
             return FlushSeen(error)
         if action is core.Cleanup:
             return CleanupSeen(data["request"], error)
@@ -328,7 +328,7 @@ class TraceChecker:
     def _flush(self, event: TraceEvent, fast: FastChecker) -> Violation | None:
         if self.open_lookups:
             self._scheduler(event)
-        self._last_flush = event.line
+        self.last_flush = event.line
         return fast.flush()
 
     def _cleanup(self, event: TraceEvent, fast: FastChecker) -> Violation | None:
@@ -378,7 +378,7 @@ class TraceChecker:
             size == 1 and not self.open_lookups and not self.open_calls
             and engine.expects_empty()
         ):
-            self.anchors.append((event.line, self._last_flush if self.drain_due() else None))
+            self.anchors.append((event.line, self.last_flush if self.drain_due() else None))
         if (self.fast is None or not self.fast.index) and self.quiescent():
             if not self.anchors or self.anchors[-1][0] != event.line:
                 self.anchors.append((event.line, None))

@@ -143,8 +143,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--parser", choices=PARSERS, default="json",
-        help="the JSON parser: the standard library's (default) or orjson, faster, from "
-        "the 'fast' extra (pip install 'asynclookup[fast]'); the verdict is the same",
+        help="the JSON parser: the standard library's (default), or from the 'fast' extra "
+        "(pip install 'asynclookup[fast]') orjson or, fastest, msgspec's typed decoding; "
+        "the verdict is the same",
     )
     parser.add_argument(
         "--quiet", action="store_true",

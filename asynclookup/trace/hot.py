@@ -1,20 +1,20 @@
-"""The check's inner loop: decoded blocks of lines into a ``TraceChecker``, the commonest inline.
+"""The check's inner loop: decoded blocks of lines into a ``TraceChecker``, common kinds inline.
 
 Theory of operation
 -------------------
 ``feed_blocks`` walks the decoded blocks of ``asynclookup.trace.reader.Blocks``.
-Three kinds make most of any trace: ``lookup_called``, ``lookup_returned``
-and (from recorders that write them) ``result_applied``.  For those the loop
-does, in its own body, what the general path does through
-``reader.event_of`` and ``TraceChecker.feed``: the same tests of form (a
-line that fails one, or any key not yet seen, goes the general path, which
-accepts or names the problem), the same ``seq`` order, the same pairing,
-the same step of the fast engine and the same bookkeeping.  It builds an
-event only where one is kept (an open lookup) or reported.  Every other
-line, and these kinds whenever the checker is not in its common state (the
-old engine, a stopped engine, a lookup that is not the open one of its
-thread), takes the general path.  tests/test_trace_hot.py checks that both
-give the same outcome on the suite's traces and on mutated ones.
+For the kinds that make nearly all of a trace (the lookups, flushes, drains,
+cleanups, tier calls, worker steps and result events without an error) an
+inline handler does what the general path (``reader.event_of``, then
+``TraceChecker.feed``) does: the same tests of form (a line that fails one,
+or any key not yet seen, goes the general path, which accepts it or names
+the problem), the same ``seq`` order, the same pairing, the same step of the
+fast engine with raw values, and the same bookkeeping.  It builds an event
+only where one is kept (an open call) or reported.  Every other line, and
+these kinds whenever the checker is not in its common state (the old engine,
+a stopped engine, a call that does not pair as it should), take the general
+path.  tests/test_trace_hot.py checks that both give the same outcome on the
+suite's traces and on mutants of their lines.
 
 It judges nothing of its own: form is ``reader``'s and ``format``'s, the
 protocol is the engine's.
@@ -28,8 +28,16 @@ from typing import Any, Protocol
 
 from asynclookup.observe.fast import FastChecker
 from asynclookup.observe.interface import OracleLimitError, Violation
-from asynclookup.trace.format import CheckLimitError, TraceEvent, _decode
-from asynclookup.trace.reader import KEYS, NEW, Blocks, _out_of_order, event_of
+from asynclookup.trace.format import CheckLimitError, Header, TraceEvent, _decode
+from asynclookup.trace.reader import (
+    KEYS,
+    NEW,
+    Blocks,
+    _out_of_order,
+    event_of,
+    fast_key,
+    valid_triples,
+)
 
 PROGRESS_EVERY = 8192  # events between calls of a progress callback (about: once a block)
 PRUNE_EVERY = 16384  # feeds between prunes of the engine's per-probe notes
@@ -38,12 +46,15 @@ PRUNE_EVERY = 16384  # feeds between prunes of the engine's per-probe notes
 class Checker(Protocol):
     """What the loop reads and updates of ``asynclookup.trace.check.TraceChecker``."""
 
+    header: Header
     counts: Counter[str]
-    open_lookups: dict[str, TraceEvent]
+    open_lookups: dict[str, TraceEvent]  # thread -> its lookup_called
+    open_calls: dict[str, TraceEvent]  # thread -> its tier_call_started
     fast: FastChecker | None
     peak_states: int
     fed: int  # observations fed since the last restart
     last_restart: int
+    last_flush: int | None
 
     def feed(self, event: TraceEvent) -> Any:
         """The general path: any event (not None: a violation was found)."""
@@ -64,8 +75,9 @@ def feed_blocks(
     ``stops``: lines after which the check ends if it restarted there; returns
     that line, or None.  ``progress``: called with the events read so far.
     """
-    counts, open_lookups, keys = checker.counts, checker.open_lookups, KEYS
-    new = NEW
+    if blocks.typed:
+        return _feed_typed(checker, blocks, stops, progress)
+    inline_of = INLINE
     seq, exact, events = blocks.seq, blocks.exact, 0
     for block in blocks:
         objs, lines = block.objs, block.lines
@@ -75,63 +87,18 @@ def feed_blocks(
             if objs is None:  # the block did not decode: this line alone, with its message
                 obj = _decode(line, obj, block.last and i == len(lines) - 1)
             elif type(obj) is dict:
-                s, thread = obj.get("seq"), obj.get("thread")
-                if type(s) is int and s > seq and type(thread) is str:  # so s >= 0
-                    kind = obj.get("event")
-                    if kind == "lookup_returned" and len(obj) == 6:
-                        key, request = obj.get("key"), obj.get("request")
-                        verdict = obj.get("verdict", 0)
-                        k = keys.get(key) if type(key) is str else None
-                        called = open_lookups.get(thread)
-                        fast = checker.fast
-                        if (
-                            k is not None and type(request) is str and called is not None
-                            and (verdict is None or verdict is True or verdict is False)
-                            and fast is not None and not fast.stopped
-                            and called[4]["key"] == k and called[4]["request"] == request
-                        ):
-                            del open_lookups[thread]
-                            counts[kind] = counts.get(kind, 0) + 1
-                            warned = len(fast.warnings)
-                            try:
-                                violation = fast.lookup(k, request, verdict)
-                            except OracleLimitError as exc:
-                                raise CheckLimitError(
-                                    line, f"cannot check this trace: {exc}"
-                                ) from None
+                s, thread, kind = obj.get("seq"), obj.get("thread"), obj.get("event")
+                # so s >= 0, and ``kind`` can be looked up
+                if type(s) is int and s > seq and type(thread) is str and type(kind) is str:
+                    inline = inline_of.get(kind)
+                    if inline is not None:
+                        got = inline(checker, obj, line, s, thread)
+                        if got is not SLOW:
                             seq = s
-                            if violation is None and len(fast.warnings) == warned and fast.index:
-                                size = len(fast.hyps)  # ``TraceChecker._after``, a request live
-                                if size > checker.peak_states:
-                                    checker.peak_states = size
-                                checker.fed += 1
-                                if checker.fed % PRUNE_EVERY == 0:
-                                    fast.forget_stale_notes()
-                                continue
-                            event = new(TraceEvent, (line, s, kind, thread, {
-                                "key": k, "request": request, "verdict": verdict}))
-                            if checker.judged(event, violation, warned) is not None:
-                                return None
-                            continue
-                    elif kind == "lookup_called" and len(obj) == 5:
-                        key, request = obj.get("key"), obj.get("request")
-                        k = keys.get(key) if type(key) is str else None
-                        if k is not None and type(request) is str and thread not in open_lookups:
-                            open_lookups[thread] = new(TraceEvent, (
-                                line, s, kind, thread, {"key": k, "request": request}))
-                            counts[kind] = counts.get(kind, 0) + 1
-                            seq = s
-                            continue
-                    elif kind == "result_applied" and len(obj) == 6:
-                        key, generation, verdict = (
-                            obj.get("key"), obj.get("generation"), obj.get("verdict")
-                        )
-                        if (
-                            type(key) is str and key in keys and type(generation) is int
-                            and generation >= 0 and (verdict is True or verdict is False)
-                        ):
-                            counts[kind] = counts.get(kind, 0) + 1
-                            seq = s
+                            if got is not None:
+                                return None  # a violation
+                            if line in stops and checker.last_restart == line:
+                                return line
                             continue
             # the general path: every other line, and the above when a test failed
             event = event_of(line, obj, lines[i], exact or objs is None)
@@ -148,3 +115,452 @@ def feed_blocks(
             progress(events + len(lines))
         events += len(lines)
     return None
+
+
+def _feed_typed(
+    checker: Checker, blocks: Blocks, stops: Container[int],
+    progress: Callable[[int], None] | None,
+) -> int | None:
+    """``feed_blocks`` for blocks of msgspec's Structs (None: a line msgspec rejected)."""
+    typed = TYPED
+    seq, events = blocks.seq, 0
+    for block in blocks:
+        objs, lines = block.objs, block.lines
+        assert objs is not None
+        line = block.first - 1
+        for i, obj in enumerate(objs):
+            line += 1
+            if obj is not None and obj.seq > seq:
+                got = typed[obj.kind](checker, obj, line)
+                if got is not SLOW:
+                    seq = obj.seq
+                    if got is not None:
+                        return None  # a violation
+                    if line in stops and checker.last_restart == line:
+                        return line
+                    continue
+            # the general path, from the standard library's reading of the line
+            raw = lines[i]
+            event = event_of(line, _decode(line, raw, block.last and i == len(lines) - 1),
+                             raw, True)
+            if event[1] <= seq:
+                _out_of_order(line, event[1], seq)
+            seq = event[1]
+            if checker.feed(event) is not None:
+                return None
+            if line in stops and checker.last_restart == line:
+                return line
+        if progress is not None and (events + len(lines)) // PROGRESS_EVERY > (
+            events // PROGRESS_EVERY
+        ):
+            progress(events + len(lines))
+        events += len(lines)
+    return None
+
+
+# -- the inline handlers ------------------------------------------------------------------
+#
+# Each takes (checker, object, line, seq, thread), with seq and thread already tested,
+# and returns SLOW before changing anything when the general path must take the line,
+# else None (taken) or what ``TraceChecker.judged`` returned (a violation: stop).
+
+SLOW = object()
+
+
+def _count(checker: Checker, kind: str) -> None:
+    counts = checker.counts
+    counts[kind] = counts.get(kind, 0) + 1
+
+
+def _keys(value: object) -> tuple[bytes, ...] | None:
+    """A list of hex keys already validated, as keys; None: let the general path judge."""
+    if type(value) is not list:
+        return None
+    out = []
+    for item in value:
+        key = KEYS.get(item) if type(item) is str else None
+        if key is None:
+            return None
+        out.append(key)
+    return tuple(out)
+
+
+def _engine(checker: Checker, thread: str, scheduler: bool) -> FastChecker | None:
+    """The fast engine when it steps raw values; None when the general path must decide
+    (the old engine, a stopped engine, or a scheduler call inside an open lookup)."""
+    fast = checker.fast
+    if fast is None or fast.stopped or (scheduler and thread in checker.open_lookups):
+        return None
+    return fast
+
+
+def _settle(
+    checker: Checker, fast: FastChecker, warned: int, violation: Violation | None,
+    event: Callable[[], TraceEvent],
+) -> Any:
+    """``TraceChecker.judged`` after a step: the common case (a request live, nothing
+    found, no warning) here; anything else through it, with the event built."""
+    if violation is None and len(fast.warnings) == warned and fast.index:
+        size = len(fast.hyps)
+        if size > checker.peak_states:
+            checker.peak_states = size
+        checker.fed += 1
+        if checker.fed % PRUNE_EVERY == 0:  # (this engine keeps no history to trim)
+            fast.forget_stale_notes()
+        return None
+    return checker.judged(event(), violation, warned)
+
+
+def _limit(line: int, exc: OracleLimitError) -> CheckLimitError:
+    return CheckLimitError(line, f"cannot check this trace: {exc}")
+
+
+# -- taking a line whose form was tested: pairing, the engine's step, bookkeeping --------
+#
+# Shared by the handlers of decoded objects and of msgspec's Structs; each returns SLOW
+# before changing anything when the checker is not in its common state.
+
+Data = Callable[[], dict[str, Any]]  # the event's fields, built only if an event is
+
+
+def _take_called(checker: Checker, line: int, s: int, thread: str, k: bytes, request: str
+                 ) -> Any:
+    if thread in checker.open_lookups:
+        return SLOW
+    checker.open_lookups[thread] = NEW(
+        TraceEvent, (line, s, "lookup_called", thread, {"key": k, "request": request})
+    )
+    counts = checker.counts
+    counts["lookup_called"] = counts.get("lookup_called", 0) + 1
+    return None
+
+
+def _take_returned(
+    checker: Checker, line: int, s: int, thread: str, k: bytes, request: str, verdict: object,
+) -> Any:
+    opened = checker.open_lookups
+    called = opened.get(thread)
+    fast = checker.fast  # ``_engine``, inline: this is the commonest step
+    if (
+        called is None or fast is None or fast.stopped
+        or called[4]["key"] != k or called[4]["request"] != request
+    ):
+        return SLOW
+    del opened[thread]
+    counts = checker.counts
+    counts["lookup_returned"] = counts.get("lookup_returned", 0) + 1
+    warned = len(fast.warnings)
+    try:
+        violation = fast.lookup(k, request, verdict)
+    except OracleLimitError as exc:
+        raise _limit(line, exc) from None
+    return _settle(checker, fast, warned, violation, lambda: NEW(TraceEvent, (
+        line, s, "lookup_returned", thread, {"key": k, "request": request, "verdict": verdict}
+    )))
+
+
+def _take_scheduler(
+    checker: Checker, line: int, s: int, thread: str, kind: str, request: str | None,
+    data: Data,
+) -> Any:
+    """flush, drain, cleanup (``request``)."""
+    fast = _engine(checker, thread, scheduler=True)
+    if fast is None:
+        return SLOW
+    counts = checker.counts
+    counts[kind] = counts.get(kind, 0) + 1
+    warned = len(fast.warnings)
+    try:
+        if kind == "flush":
+            checker.last_flush = line
+            violation = fast.flush()
+        elif kind == "drain":
+            violation = fast.drain()
+        else:
+            assert request is not None
+            violation = fast.cleanup(request)
+    except OracleLimitError as exc:
+        raise _limit(line, exc) from None
+    return _settle(checker, fast, warned, violation,
+                   lambda: NEW(TraceEvent, (line, s, kind, thread, data())))
+
+
+def _take_worker(checker: Checker, line: int, s: int, thread: str, kind: str, data: Data
+                 ) -> Any:
+    """take_batch and post (form only when the worker steps are hidden)."""
+    fast = _engine(checker, thread, scheduler=False)
+    if fast is None:
+        return SLOW
+    counts = checker.counts
+    counts[kind] = counts.get(kind, 0) + 1
+    if not checker.header.worker_steps:
+        return None
+    warned = len(fast.warnings)
+    try:
+        violation = fast.take_batch() if kind == "take_batch" else fast.post()
+    except OracleLimitError as exc:
+        raise _limit(line, exc) from None
+    return _settle(checker, fast, warned, violation,
+                   lambda: NEW(TraceEvent, (line, s, kind, thread, data())))
+
+
+def _take_started(
+    checker: Checker, line: int, s: int, thread: str, keys: tuple[bytes, ...], request: str,
+) -> Any:
+    if thread in checker.open_calls:
+        return SLOW
+    checker.open_calls[thread] = NEW(
+        TraceEvent, (line, s, "tier_call_started", thread, {"keys": keys, "request": request})
+    )
+    _count(checker, "tier_call_started")
+    return None
+
+
+def _take_finished(
+    checker: Checker, line: int, s: int, thread: str, keys: tuple[bytes, ...], request: str,
+    values: tuple[bool, ...],
+) -> Any:
+    """tier_call_finished with a proper answer."""
+    started = checker.open_calls.get(thread)
+    fast = _engine(checker, thread, scheduler=False)
+    if (
+        started is None or fast is None or len(values) != len(keys)
+        or started[4]["keys"] != keys or started[4]["request"] != request
+    ):
+        return SLOW
+    del checker.open_calls[thread]
+    _count(checker, "tier_call_finished")
+    warned = len(fast.warnings)
+    try:
+        violation = fast.answered(keys, request, values)
+    except OracleLimitError as exc:
+        raise _limit(line, exc) from None
+    return _settle(checker, fast, warned, violation, lambda: NEW(TraceEvent, (
+        line, s, "tier_call_finished", thread,
+        {"keys": keys, "request": request, "answers": values},
+    )))
+
+
+# -- the handlers of decoded objects (json, orjson): the reader's tests of form, inline ---
+
+
+def _lookup_called(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: str) -> Any:
+    key, request = obj.get("key"), obj.get("request")
+    k = KEYS.get(key) if type(key) is str else None
+    if len(obj) != 5 or k is None or type(request) is not str:
+        return SLOW
+    return _take_called(checker, line, s, thread, k, request)
+
+
+def _lookup_returned(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: str
+                     ) -> Any:
+    key, request, verdict = obj.get("key"), obj.get("request"), obj.get("verdict", 0)
+    k = KEYS.get(key) if type(key) is str else None
+    if (
+        len(obj) != 6 or k is None or type(request) is not str
+        or (verdict is not None and verdict is not True and verdict is not False)
+    ):
+        return SLOW
+    return _take_returned(checker, line, s, thread, k, request, verdict)
+
+
+def _result(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: str) -> Any:
+    """result_applied, result_stale, result_orphaned: form only."""
+    kind = obj["event"]
+    applied = kind == "result_applied"
+    key, generation, verdict = obj.get("key"), obj.get("generation"), obj.get("verdict", 0)
+    if (
+        len(obj) != 5 + applied or type(key) is not str or key not in KEYS
+        or type(generation) is not int or generation < 0
+        or (applied and verdict is not True and verdict is not False)
+    ):
+        return SLOW
+    _count(checker, kind)
+    return None
+
+
+_LISTS = {"flush": (("submitted", True), ("dropped", True)), "drain": (),
+          "take_batch": (("entries", True),), "post": (("results", False),)}
+
+
+def _no_error(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """The fields of a flush, drain, take_batch or post without an error, validated (the
+    lists kept as parsed, as ``reader`` keeps them); None: let the general path judge."""
+    data: dict[str, Any] = {}
+    for name, entries in _LISTS[kind]:
+        value = obj.get(name)
+        if value is not None:
+            if not valid_triples(value, entries):
+                return None
+            data[name] = value
+    return data if len(obj) == 3 + len(data) else None
+
+
+def _scheduler(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: str) -> Any:
+    """flush, drain and cleanup without an error."""
+    kind = obj["event"]
+    if kind == "cleanup":
+        request = obj.get("request")
+        if len(obj) != 4 or type(request) is not str:
+            return SLOW
+        return _take_scheduler(checker, line, s, thread, kind, request,
+                               lambda: {"request": request})
+    data = _no_error(obj, kind)
+    if data is None:
+        return SLOW
+    return _take_scheduler(checker, line, s, thread, kind, None, lambda: data)
+
+
+def _worker(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: str) -> Any:
+    """take_batch and post without an error."""
+    kind = obj["event"]
+    data = _no_error(obj, kind)
+    if data is None:
+        return SLOW
+    return _take_worker(checker, line, s, thread, kind, lambda: data)
+
+
+def _tier_started(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: str
+                  ) -> Any:
+    keys, request = _keys(obj.get("keys")), obj.get("request")
+    if len(obj) != 5 or keys is None or type(request) is not str:
+        return SLOW
+    return _take_started(checker, line, s, thread, keys, request)
+
+
+def _tier_finished(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: str
+                   ) -> Any:
+    """tier_call_finished with a proper answer."""
+    keys, request, answers = _keys(obj.get("keys")), obj.get("request"), obj.get("answers")
+    if (
+        len(obj) != 6 or keys is None or type(request) is not str or type(answers) is not list
+        or not all(v is True or v is False for v in answers)
+    ):
+        return SLOW
+    return _take_finished(checker, line, s, thread, keys, request, tuple(answers))
+
+
+Inline = Callable[[Checker, dict[str, Any], int, int, str], Any]
+INLINE: dict[str, Inline] = {
+    "lookup_called": _lookup_called, "lookup_returned": _lookup_returned,
+    "result_applied": _result, "result_stale": _result, "result_orphaned": _result,
+    "flush": _scheduler, "drain": _scheduler, "cleanup": _scheduler,
+    "take_batch": _worker, "post": _worker,
+    "tier_call_started": _tier_started, "tier_call_finished": _tier_finished,
+}
+
+
+# -- the handlers of msgspec's Structs (asynclookup.trace.typed): types already tested ---
+#
+# Each takes (checker, struct, line); what is left to test is that keys are hex (the
+# cache of keys validated, then ``reader.fast_key``).
+
+
+def _hex(value: str) -> bytes | None:
+    return KEYS.get(value) or fast_key(value)
+
+
+def _hex_all(values: list[str]) -> tuple[bytes, ...] | None:
+    out = []
+    for value in values:
+        key = KEYS.get(value) or fast_key(value)
+        if key is None:
+            return None
+        out.append(key)
+    return tuple(out)
+
+
+def _hex_triples(value: object) -> bool:
+    """Whether the keys of typed entries or results (absent: not a list) are hex."""
+    if type(value) is not list:
+        return True
+    keys = KEYS
+    for item in value:  # noqa: SIM110  (a loop is faster than all() of a generator)
+        if item[0] not in keys and fast_key(item[0]) is None:
+            return False
+    return True
+
+
+def _as_parsed(obj: Any, names: tuple[str, ...]) -> Data:
+    """The lists of a typed event as ``json.loads`` gives them (lists of lists)."""
+    return lambda: {
+        name: [list(item) for item in getattr(obj, name)]
+        for name in names if type(getattr(obj, name)) is list
+    }
+
+
+def _t_called(checker: Checker, obj: Any, line: int) -> Any:
+    key = obj.key
+    k = KEYS.get(key) or fast_key(key)
+    thread = obj.thread
+    if k is None or thread in checker.open_lookups:
+        return SLOW
+    checker.open_lookups[thread] = NEW(
+        TraceEvent, (line, obj.seq, "lookup_called", thread, {"key": k, "request": obj.request})
+    )
+    counts = checker.counts
+    counts["lookup_called"] = counts.get("lookup_called", 0) + 1
+    return None
+
+
+def _t_returned(checker: Checker, obj: Any, line: int) -> Any:
+    key = obj.key
+    k = KEYS.get(key) or fast_key(key)
+    if k is None:
+        return SLOW
+    return _take_returned(checker, line, obj.seq, obj.thread, k, obj.request, obj.verdict)
+
+
+def _t_result(checker: Checker, obj: Any, line: int) -> Any:
+    key = obj.key
+    if key not in KEYS and fast_key(key) is None:
+        return SLOW
+    counts, kind = checker.counts, obj.kind
+    counts[kind] = counts.get(kind, 0) + 1
+    return None
+
+
+def _t_scheduler(checker: Checker, obj: Any, line: int) -> Any:
+    kind = obj.kind
+    if kind == "cleanup":
+        request = obj.request
+        return _take_scheduler(checker, line, obj.seq, obj.thread, kind, request,
+                               lambda: {"request": request})
+    if kind == "flush" and not (_hex_triples(obj.submitted) and _hex_triples(obj.dropped)):
+        return SLOW
+    names = ("submitted", "dropped") if kind == "flush" else ()
+    return _take_scheduler(checker, line, obj.seq, obj.thread, kind, None,
+                           _as_parsed(obj, names))
+
+
+def _t_worker(checker: Checker, obj: Any, line: int) -> Any:
+    kind = obj.kind
+    name = "entries" if kind == "take_batch" else "results"
+    if not _hex_triples(getattr(obj, name)):
+        return SLOW
+    return _take_worker(checker, line, obj.seq, obj.thread, kind, _as_parsed(obj, (name,)))
+
+
+def _t_started(checker: Checker, obj: Any, line: int) -> Any:
+    keys = _hex_all(obj.keys)
+    if keys is None:
+        return SLOW
+    return _take_started(checker, line, obj.seq, obj.thread, keys, obj.request)
+
+
+def _t_finished(checker: Checker, obj: Any, line: int) -> Any:
+    keys = _hex_all(obj.keys)
+    if keys is None:
+        return SLOW
+    return _take_finished(checker, line, obj.seq, obj.thread, keys, obj.request,
+                          tuple(obj.answers))
+
+
+Typed = Callable[[Checker, Any, int], Any]
+TYPED: dict[str, Typed] = {
+    "lookup_called": _t_called, "lookup_returned": _t_returned,
+    "result_applied": _t_result, "result_stale": _t_result, "result_orphaned": _t_result,
+    "flush": _t_scheduler, "drain": _t_scheduler, "cleanup": _t_scheduler,
+    "take_batch": _t_worker, "post": _t_worker,
+    "tier_call_started": _t_started, "tier_call_finished": _t_finished,
+}

@@ -52,24 +52,34 @@ BLOCK = 2048  # lines decoded by one call of the parser
 # ``tuple.__new__`` builds a TraceEvent without the named tuple's own ``__new__`` (half the cost)
 New = Callable[[type[TraceEvent], tuple[Any, ...]], TraceEvent]
 NEW: New = tuple.__new__
-PARSERS = ("json", "orjson")  # the standard library's (the default), or the fast extra's
+# the standard library's (the default), or the fast extra's: orjson, or msgspec's typed
+# decoding (``asynclookup.trace.typed``)
+PARSERS = ("json", "orjson", "msgspec")
 
 Loads = Callable[[bytes], Any]
 
 
-def loader(parser: str) -> Loads:
-    """The ``loads`` of ``parser`` (one of ``PARSERS``), or a one-line TraceFormatError."""
+def loader(parser: str) -> Callable[[list[bytes], bool], list[Any] | None]:
+    """How ``parser`` (one of ``PARSERS``) decodes a block of lines (and whether the file
+    ends with it): a list of objects, or None (decode line by line); a one-line
+    TraceFormatError when the parser is not installed."""
     if parser == "json":
-        return json.loads
-    if parser == "orjson":
-        try:
-            import orjson  # the optional extra: imported only when asked for
-        except ImportError:
-            raise TraceFormatError(
-                0, "parser 'orjson' is not installed (pip install 'asynclookup[fast]')"
-            ) from None
-        return orjson.loads
-    raise TraceFormatError(0, f"unknown parser {parser!r}: one of {', '.join(PARSERS)}")
+        return lambda block, last: _decode_block(block, last, json.loads)
+    extra = "orjson" if parser == "orjson" else "msgspec" if parser == "msgspec" else None
+    if extra is None:
+        raise TraceFormatError(0, f"unknown parser {parser!r}: one of {', '.join(PARSERS)}")
+    try:  # an optional extra: imported only when asked for
+        if parser == "orjson":
+            import orjson
+
+            loads: Loads = orjson.loads
+            return lambda block, last: _decode_block(block, last, loads)
+        from asynclookup.trace import typed
+    except ImportError:
+        raise TraceFormatError(
+            0, f"parser {parser!r} is not installed (pip install 'asynclookup[fast]')"
+        ) from None
+    return lambda block, last: typed.decode_block(block)
 
 
 class Block(NamedTuple):
@@ -97,8 +107,9 @@ class Blocks:
         self, lines: Iterable[bytes], *, resume: tuple[int, int] | None = None,
         parser: str = "json",
     ) -> None:
-        self.loads = loader(parser)
-        self.exact = self.loads is json.loads  # objects are the standard library's own
+        self._decode = loader(parser)
+        self.exact = parser == "json"  # objects are the standard library's own
+        self.typed = parser == "msgspec"  # objects are asynclookup.trace.typed's Structs
         self._source = iter(lines)
         self._first: list[bytes] = []
         self.header: Header | None = None
@@ -118,7 +129,7 @@ class Blocks:
         block = self._first + list(islice(source, BLOCK - len(self._first)))
         while block:
             ahead = list(islice(source, BLOCK))
-            yield Block(_decode_block(block, not ahead, self.loads), block, line, not ahead)
+            yield Block(self._decode(block, not ahead), block, line, not ahead)
             line += len(block)
             block = ahead
 
@@ -129,7 +140,7 @@ class Blocks:
         exact, objs = self.exact, block.objs
         for i, raw in enumerate(block.lines):
             line = block.first + i
-            if objs is None:  # line by line, so the first problem is named
+            if objs is None or self.typed:  # line by line, by json.loads, as the exact judge
                 end = block.last and i == len(block.lines) - 1
                 event = event_of(line, _decode(line, raw, end), raw, True)
             else:
@@ -229,7 +240,7 @@ def _fast_keys(value: object) -> tuple[bytes, ...] | None:
     return tuple(out)
 
 
-def _fast_triples(value: object, entries: bool) -> bool:
+def valid_triples(value: object, entries: bool) -> bool:
     """Whether ``value`` is a list of entries ``[key, request, generation]`` (or results
     ``[key, generation, verdict]``); kept as parsed (the checker does not read them)."""
     if type(value) is not list:
@@ -275,11 +286,11 @@ def _fast_answers(value: object) -> object:
 
 
 def _fast_entries(value: object) -> object:
-    return value if _fast_triples(value, entries=True) else _BAD
+    return value if valid_triples(value, entries=True) else _BAD
 
 
 def _fast_results(value: object) -> object:
-    return value if _fast_triples(value, entries=False) else _BAD
+    return value if valid_triples(value, entries=False) else _BAD
 
 
 def _fast_one_key(value: object) -> object:
@@ -445,7 +456,7 @@ def _bare(line: int, obj: dict[str, Any], new: New) -> TraceEvent | None:
     for name, entries in _LISTS[kind]:
         value = obj.get(name)
         if value is not None:
-            if not _fast_triples(value, entries):
+            if not valid_triples(value, entries):
                 return None
             data[name] = value
     if len(obj) != 3 + len(data):
