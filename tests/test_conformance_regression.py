@@ -329,6 +329,41 @@ def test_a_pools_file_answers_the_tier_call_the_recorded_run_answered(
     assert passed.returncode == 0, passed.stdout + passed.stderr
 
 
+SHAPED = [  # (target, its correct sibling, calls that break it, the property)
+    ("tests.shapes.verdicts:EnumVerdictsUnvalidated;verdicts=tests.shapes.verdicts:to_bool",
+     "EnumVerdicts", [("lookup", (b"k0", "A")), ("mark_present", ([b"k0"],)),
+                      ("flush", ()), ("shutdown", ())], 1),
+    ("tests.shapes.drained:NeedsDrainAppliesByKey;drain-before-lookup", "NeedsDrain",
+     [("lookup", (b"k0", "A")), ("flush", ()), ("answer", (Plan("proper"),)),
+      ("settle", ()), ("cleanup", ("A",)), ("lookup", (b"k0", "B"))], 2),
+]
+
+
+@pytest.mark.parametrize(("target", "sibling", "steps", "number"), SHAPED,
+                         ids=["verdicts", "drain-before-lookup"])
+def test_a_file_maps_verdicts_and_drains_before_lookups_as_its_shape_says(
+    target: str, sibling: str, steps: list[tuple[str, tuple[object, ...]]], number: int,
+    tmp_path: Path,
+) -> None:
+    """A class that answers in its own vocabulary (--verdicts) or needs a drain before
+    each lookup (--drain-before-lookup): its file fails on the bug, naming the property,
+    and passes with the class swapped for its correct sibling."""
+    config = {"target": PREFIX + target, "mode": "threaded", "tier": "memory",
+              "faults": "all"}
+    error = replay(config, steps, 0.5)
+    assert error is not None and error.violation.number == number, error
+    text = regression_file(error)
+    buggy = target.split(":")[1].split(";")[0]
+    for cls, code in ((buggy, 1), (sibling, 0)):
+        place(tmp_path, text.replace(buggy, cls))
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "test_regression.py"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == code, done.stdout + done.stderr
+        assert code == 0 or f"That breaks property {number} (" in done.stdout, done.stdout
+
+
 # -- the file's contents ----------------------------------------------------------------
 
 
