@@ -18,7 +18,7 @@ Subcommands (``all`` runs generate, ratio, engines, jobs and overhead in order):
   alternating, ``--runs`` times each: median events/s, ratio, peak RSS.
 - ``ratio``: for each trace, in child processes, alternating ``--runs`` times:
   a bare pass of ``json.loads`` on each line (the floor of issue 23) and the
-  check with each parser (``--parsers json,orjson``): median lines/s and
+  check with each parser (``--parsers json,orjson,msgspec``): median lines/s and
   events/s of CPU time, the ratio of each check to the bare pass, peak RSS.
 - ``jobs``: one pass and ``asynclookup.trace.split.parallel`` with 2 processes
   (what ``check-trace --jobs 2`` runs), in child processes, alternating
@@ -467,8 +467,8 @@ def main() -> None:
     r = sub.add_parser("ratio", help="the check against json.loads on each line, side by side")
     r.add_argument("files", type=Path, nargs="+")
     r.add_argument("--runs", type=int, default=5)
-    r.add_argument("--parsers", default="json,orjson",
-                   help="comma-separated parsers to check with (default: json,orjson)")
+    r.add_argument("--parsers", default="json,orjson,msgspec",
+                   help="comma-separated parsers to check with (default: all three)")
     j = sub.add_parser("jobs", help="one pass and 2 processes: wall and CPU time")
     j.add_argument("file", type=Path)
     j.add_argument("--runs", type=int, default=3)
@@ -511,8 +511,8 @@ def main() -> None:
         vllm = args.dir / f"vllm-{args.events // 10}.jsonl"
         generate(reference, args.events, vllm=False)
         generate(vllm, args.events // 10, vllm=True)
-        print(ratio_head(("json", "orjson")))
-        ratio([reference, vllm], args.runs, ("json", "orjson"))
+        print(ratio_head(("json", "orjson", "msgspec")))
+        ratio([reference, vllm], args.runs, ("json", "orjson", "msgspec"))
         print(ENGINES_HEAD)
         engines([reference, vllm], args.runs)
         print(JOBS_HEAD)

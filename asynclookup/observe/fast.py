@@ -389,6 +389,7 @@ class FastChecker(StateSet):
                 if held == keys:
                     out.append((h, tag))
         return self._commit(out, obs, lambda: oracle.Tables(keys, requests))
+
     # -- a lookup apart from the worker, with hidden worker steps ------------------------
 
     def _lookup_apart(self, key: bytes, request: str, verdict: object) -> bool:
@@ -450,6 +451,7 @@ class FastChecker(StateSet):
             return False
         self._drain_closed = self.hyps
         return True
+
     # -- one possible state, stepped in place --------------------------------------------
 
     def _solo(self) -> H | None:
@@ -494,6 +496,7 @@ class FastChecker(StateSet):
                 base[key] = q
         self.index.pop(request, None)
         return True
+
     # -- the spec's actions on one possible state ---------------------------------------
 
     def _lookup(self, h: H, key: bytes, request: str) -> tuple[H, bool | None]:
@@ -539,4 +542,3 @@ def _explains(base: dict[bytes, P], posted: tuple[Any, ...], key: bytes, verdict
         if k == key and p is not None and p[0] == generation:
             p = (p[0], RESOLVED, value, p[3]) if p[3] else None
     return verdict is (None if p is None else p[2])
-

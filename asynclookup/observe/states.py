@@ -147,6 +147,7 @@ class StateSet(Notes):
             live.update((e[0], e[2]) for b in h[3] for e in b)
             live.update((r[0], r[1]) for r in h[5] + h[6])
         self._keep_notes_on(live)
+
     # -- the spec's actions on one possible state ----------------------------------------
 
     def _get(self, overlay: Overlay, key: bytes) -> P | None:
@@ -386,6 +387,7 @@ class StateSet(Notes):
             self.tags.append(tag)
         self.take_notes(notes)
 
+
 def seeded_engine(fast: StateSet) -> oracle.Checker:
     """An old engine holding exactly ``fast``'s possible states (in order, tagged) and notes."""
     old = oracle.Checker(
@@ -395,11 +397,14 @@ def seeded_engine(fast: StateSet) -> oracle.Checker:
     old.resume(fast.tagged_states(), fast, stopped=fast.stopped)
     return old
 
+
 # -- helpers on possible states --------------------------------------------------------
+
 
 def concrete(h: H) -> tuple[Any, ...]:
     """State ``h`` but its next generation: equal ones explain the same futures."""
     return (frozenset(h[0].items()), h[2], h[3], h[4], h[5], h[6], h[7])
+
 
 def take_step(h: H) -> H | None:
     if h[4] or h[5] or not h[3]:
