@@ -143,11 +143,21 @@ class FastChecker(StateSet):
             base = self.base
             p = base.get(key)
             if p is None and verdict is None:
-                gen = max(h[1], self._floor)
-                base[key] = (gen, PENDING, None, frozenset((request,)))
-                self.hyps[0] = ({}, gen + 1, (*h[2], (key, request, gen)), *h[3:7], False)
+                gen = h[1] if h[1] > self._floor else self._floor
+                only = _ALONE.get(request)
+                if only is None:
+                    if len(_ALONE) >= _ALONE_KEPT:
+                        _ALONE.clear()  # so memory stays flat with ever new request ids
+                    only = _ALONE[request] = frozenset((request,))
+                base[key] = (gen, PENDING, None, only)
+                self.hyps[0] = ({}, gen + 1, h[2] + ((key, request, gen),), h[3], h[4], h[5],
+                                h[6], False)
                 self._floor = gen + 1
-                self.index.setdefault(request, set()).add(key)
+                keys = self.index.get(request)
+                if keys is None:
+                    self.index[request] = {key}
+                else:
+                    keys.add(key)
                 return None
             if p is not None and p[2] is verdict:
                 if request not in p[3]:
@@ -532,6 +542,9 @@ class FastChecker(StateSet):
 
 
 # -- helpers on possible states --------------------------------------------------------
+
+_ALONE: dict[str, frozenset[str]] = {}  # request -> the requesters of a probe it alone asked for
+_ALONE_KEPT = 1 << 12
 
 
 def _explains(base: dict[bytes, P], posted: tuple[Any, ...], key: bytes, verdict: object) -> bool:

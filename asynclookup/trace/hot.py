@@ -128,9 +128,28 @@ def _feed_typed(
         objs, lines = block.objs, block.lines
         assert objs is not None
         line = block.first - 1
+        paired = False  # the line was the lookup_returned of a pair taken with its call
         for i, obj in enumerate(objs):
             line += 1
+            if paired:
+                paired = False
+                continue
             if obj is not None and obj.seq > seq:
+                if obj.kind == "lookup_called" and i + 1 < len(objs):
+                    ret = objs[i + 1]
+                    if (
+                        ret is not None and ret.kind == "lookup_returned" and ret.seq > obj.seq
+                        and ret.thread == obj.thread and ret.key == obj.key
+                        and ret.request == obj.request
+                    ):
+                        got = _t_pair(checker, obj, ret, line)
+                        if got is not SLOW:
+                            seq, paired = ret.seq, True
+                            if got is not None:
+                                return None  # a violation
+                            if line + 1 in stops and checker.last_restart == line + 1:
+                                return line + 1
+                            continue
                 got = typed[obj.kind](checker, obj, line)
                 if got is not SLOW:
                     seq = obj.seq
@@ -196,10 +215,11 @@ def _engine(checker: Checker, thread: str, scheduler: bool) -> FastChecker | Non
 
 def _settle(
     checker: Checker, fast: FastChecker, warned: int, violation: Violation | None,
-    event: Callable[[], TraceEvent],
+    line: int, s: int, kind: str, thread: str, data: Any,
 ) -> Any:
     """``TraceChecker.judged`` after a step: the common case (a request live, nothing
-    found, no warning) here; anything else through it, with the event built."""
+    found, no warning) here; anything else through it, with the event built (``data``:
+    its fields, or the typed event they are read from)."""
     if violation is None and len(fast.warnings) == warned and fast.index:
         size = len(fast.hyps)
         if size > checker.peak_states:
@@ -208,7 +228,25 @@ def _settle(
         if checker.fed % PRUNE_EVERY == 0:  # (this engine keeps no history to trim)
             fast.forget_stale_notes()
         return None
-    return checker.judged(event(), violation, warned)
+    event = NEW(TraceEvent, (line, s, kind, thread, _fields(kind, data)))
+    return checker.judged(event, violation, warned)
+
+
+_TYPED_LISTS = {"flush": ("submitted", "dropped"), "drain": (), "take_batch": ("entries",),
+                "post": ("results",)}
+
+
+def _fields(kind: str, data: Any) -> dict[str, Any]:
+    """An event's fields: ``data`` itself, or read from a typed event (its lists as
+    ``json.loads`` gives them: lists of lists)."""
+    if type(data) is dict:
+        return data
+    if kind == "cleanup":
+        return {"request": data.request}
+    return {
+        name: [list(item) for item in getattr(data, name)]
+        for name in _TYPED_LISTS[kind] if type(getattr(data, name)) is list
+    }
 
 
 def _limit(line: int, exc: OracleLimitError) -> CheckLimitError:
@@ -220,7 +258,6 @@ def _limit(line: int, exc: OracleLimitError) -> CheckLimitError:
 # Shared by the handlers of decoded objects and of msgspec's Structs; each returns SLOW
 # before changing anything when the checker is not in its common state.
 
-Data = Callable[[], dict[str, Any]]  # the event's fields, built only if an event is
 
 
 def _take_called(checker: Checker, line: int, s: int, thread: str, k: bytes, request: str
@@ -254,14 +291,22 @@ def _take_returned(
         violation = fast.lookup(k, request, verdict)
     except OracleLimitError as exc:
         raise _limit(line, exc) from None
-    return _settle(checker, fast, warned, violation, lambda: NEW(TraceEvent, (
+    if violation is None and len(fast.warnings) == warned and fast.index:
+        size = len(fast.hyps)  # ``_settle``, inline: this is the commonest step
+        if size > checker.peak_states:
+            checker.peak_states = size
+        checker.fed += 1
+        if checker.fed % PRUNE_EVERY == 0:
+            fast.forget_stale_notes()
+        return None
+    return checker.judged(NEW(TraceEvent, (
         line, s, "lookup_returned", thread, {"key": k, "request": request, "verdict": verdict}
-    )))
+    )), violation, warned)
 
 
 def _take_scheduler(
     checker: Checker, line: int, s: int, thread: str, kind: str, request: str | None,
-    data: Data,
+    data: Any,
 ) -> Any:
     """flush, drain, cleanup (``request``)."""
     fast = _engine(checker, thread, scheduler=True)
@@ -281,11 +326,10 @@ def _take_scheduler(
             violation = fast.cleanup(request)
     except OracleLimitError as exc:
         raise _limit(line, exc) from None
-    return _settle(checker, fast, warned, violation,
-                   lambda: NEW(TraceEvent, (line, s, kind, thread, data())))
+    return _settle(checker, fast, warned, violation, line, s, kind, thread, data)
 
 
-def _take_worker(checker: Checker, line: int, s: int, thread: str, kind: str, data: Data
+def _take_worker(checker: Checker, line: int, s: int, thread: str, kind: str, data: Any
                  ) -> Any:
     """take_batch and post (form only when the worker steps are hidden)."""
     fast = _engine(checker, thread, scheduler=False)
@@ -300,8 +344,7 @@ def _take_worker(checker: Checker, line: int, s: int, thread: str, kind: str, da
         violation = fast.take_batch() if kind == "take_batch" else fast.post()
     except OracleLimitError as exc:
         raise _limit(line, exc) from None
-    return _settle(checker, fast, warned, violation,
-                   lambda: NEW(TraceEvent, (line, s, kind, thread, data())))
+    return _settle(checker, fast, warned, violation, line, s, kind, thread, data)
 
 
 def _take_started(
@@ -335,10 +378,8 @@ def _take_finished(
         violation = fast.answered(keys, request, values)
     except OracleLimitError as exc:
         raise _limit(line, exc) from None
-    return _settle(checker, fast, warned, violation, lambda: NEW(TraceEvent, (
-        line, s, "tier_call_finished", thread,
-        {"keys": keys, "request": request, "answers": values},
-    )))
+    return _settle(checker, fast, warned, violation, line, s, "tier_call_finished", thread,
+                   {"keys": keys, "request": request, "answers": values})
 
 
 # -- the handlers of decoded objects (json, orjson): the reader's tests of form, inline ---
@@ -403,12 +444,11 @@ def _scheduler(checker: Checker, obj: dict[str, Any], line: int, s: int, thread:
         request = obj.get("request")
         if len(obj) != 4 or type(request) is not str:
             return SLOW
-        return _take_scheduler(checker, line, s, thread, kind, request,
-                               lambda: {"request": request})
+        return _take_scheduler(checker, line, s, thread, kind, request, {"request": request})
     data = _no_error(obj, kind)
     if data is None:
         return SLOW
-    return _take_scheduler(checker, line, s, thread, kind, None, lambda: data)
+    return _take_scheduler(checker, line, s, thread, kind, None, data)
 
 
 def _worker(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: str) -> Any:
@@ -417,7 +457,7 @@ def _worker(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: st
     data = _no_error(obj, kind)
     if data is None:
         return SLOW
-    return _take_worker(checker, line, s, thread, kind, lambda: data)
+    return _take_worker(checker, line, s, thread, kind, data)
 
 
 def _tier_started(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: str
@@ -481,14 +521,6 @@ def _hex_triples(value: object) -> bool:
     return True
 
 
-def _as_parsed(obj: Any, names: tuple[str, ...]) -> Data:
-    """The lists of a typed event as ``json.loads`` gives them (lists of lists)."""
-    return lambda: {
-        name: [list(item) for item in getattr(obj, name)]
-        for name in names if type(getattr(obj, name)) is list
-    }
-
-
 def _t_called(checker: Checker, obj: Any, line: int) -> Any:
     key = obj.key
     k = KEYS.get(key) or fast_key(key)
@@ -501,6 +533,37 @@ def _t_called(checker: Checker, obj: Any, line: int) -> Any:
     counts = checker.counts
     counts["lookup_called"] = counts.get("lookup_called", 0) + 1
     return None
+
+
+def _t_pair(checker: Checker, called: Any, ret: Any, line: int) -> Any:
+    """A lookup_called on ``line`` and, next, its lookup_returned (same thread, key text and
+    request): both taken as ``_t_called`` then ``_t_returned`` would, without keeping the
+    open call in between."""
+    key, thread, fast = called.key, called.thread, checker.fast
+    k = KEYS.get(key) or fast_key(key)
+    if k is None or thread in checker.open_lookups or fast is None or fast.stopped:
+        return SLOW
+    counts = checker.counts
+    counts["lookup_called"] = counts.get("lookup_called", 0) + 1
+    counts["lookup_returned"] = counts.get("lookup_returned", 0) + 1
+    request, verdict = called.request, ret.verdict
+    warned = len(fast.warnings)
+    try:
+        violation = fast.lookup(k, request, verdict)
+    except OracleLimitError as exc:
+        raise _limit(line + 1, exc) from None
+    if violation is None and len(fast.warnings) == warned and fast.index:
+        size = len(fast.hyps)  # ``_settle``, inline
+        if size > checker.peak_states:
+            checker.peak_states = size
+        checker.fed += 1
+        if checker.fed % PRUNE_EVERY == 0:
+            fast.forget_stale_notes()
+        return None
+    return checker.judged(NEW(TraceEvent, (
+        line + 1, ret.seq, "lookup_returned", thread,
+        {"key": k, "request": request, "verdict": verdict},
+    )), violation, warned)
 
 
 def _t_returned(checker: Checker, obj: Any, line: int) -> Any:
@@ -523,14 +586,10 @@ def _t_result(checker: Checker, obj: Any, line: int) -> Any:
 def _t_scheduler(checker: Checker, obj: Any, line: int) -> Any:
     kind = obj.kind
     if kind == "cleanup":
-        request = obj.request
-        return _take_scheduler(checker, line, obj.seq, obj.thread, kind, request,
-                               lambda: {"request": request})
+        return _take_scheduler(checker, line, obj.seq, obj.thread, kind, obj.request, obj)
     if kind == "flush" and not (_hex_triples(obj.submitted) and _hex_triples(obj.dropped)):
         return SLOW
-    names = ("submitted", "dropped") if kind == "flush" else ()
-    return _take_scheduler(checker, line, obj.seq, obj.thread, kind, None,
-                           _as_parsed(obj, names))
+    return _take_scheduler(checker, line, obj.seq, obj.thread, kind, None, obj)
 
 
 def _t_worker(checker: Checker, obj: Any, line: int) -> Any:
@@ -538,7 +597,7 @@ def _t_worker(checker: Checker, obj: Any, line: int) -> Any:
     name = "entries" if kind == "take_batch" else "results"
     if not _hex_triples(getattr(obj, name)):
         return SLOW
-    return _take_worker(checker, line, obj.seq, obj.thread, kind, _as_parsed(obj, (name,)))
+    return _take_worker(checker, line, obj.seq, obj.thread, kind, obj)
 
 
 def _t_started(checker: Checker, obj: Any, line: int) -> Any:

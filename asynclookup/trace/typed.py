@@ -48,7 +48,7 @@ INLINE_KINDS = (
 )
 
 
-class Event(Struct, tag_field="event", forbid_unknown_fields=True):
+class Event(Struct, tag_field="event", forbid_unknown_fields=True, gc=False):
     """The members every event line has (``event`` is the tag)."""
 
     seq: Nat
