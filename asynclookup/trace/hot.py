@@ -82,14 +82,27 @@ def feed_blocks(
     for block in blocks:
         objs, lines = block.objs, block.lines
         line = block.first - 1
+        paired = False  # the line was the lookup_returned of a pair taken with its call
         for i, obj in enumerate(lines if objs is None else objs):
             line += 1
+            if paired:
+                paired = False
+                continue
             if objs is None:  # the block did not decode: this line alone, with its message
                 obj = _decode(line, obj, block.last and i == len(lines) - 1)
             elif type(obj) is dict:
                 s, thread, kind = obj.get("seq"), obj.get("thread"), obj.get("event")
                 # so s >= 0, and ``kind`` can be looked up
                 if type(s) is int and s > seq and type(thread) is str and type(kind) is str:
+                    if kind == "lookup_called" and i + 1 < len(objs):
+                        got = _pair(checker, obj, objs[i + 1], line, s, thread)
+                        if got is not SLOW:
+                            seq, paired = objs[i + 1]["seq"], True
+                            if got is not None:
+                                return None  # a violation
+                            if line + 1 in stops and checker.last_restart == line + 1:
+                                return line + 1
+                            continue
                     inline = inline_of.get(kind)
                     if inline is not None:
                         got = inline(checker, obj, line, s, thread)
@@ -272,6 +285,36 @@ def _take_called(checker: Checker, line: int, s: int, thread: str, k: bytes, req
     return None
 
 
+def _take_pair(
+    checker: Checker, line: int, s: int, thread: str, k: bytes, request: str, verdict: object,
+) -> Any:
+    """A lookup_called on ``line`` and its lookup_returned (``s``) on the next: both taken
+    as ``_take_called`` then ``_take_returned`` would, without keeping the open call."""
+    fast = checker.fast
+    if thread in checker.open_lookups or fast is None or fast.stopped:
+        return SLOW
+    counts = checker.counts
+    counts["lookup_called"] = counts.get("lookup_called", 0) + 1
+    counts["lookup_returned"] = counts.get("lookup_returned", 0) + 1
+    warned = len(fast.warnings)
+    try:
+        violation = fast.lookup(k, request, verdict)
+    except OracleLimitError as exc:
+        raise _limit(line + 1, exc) from None
+    if violation is None and len(fast.warnings) == warned and fast.index:
+        size = len(fast.hyps)  # ``_settle``, inline: this is the commonest step
+        if size > checker.peak_states:
+            checker.peak_states = size
+        checker.fed += 1
+        if checker.fed % PRUNE_EVERY == 0:
+            fast.forget_stale_notes()
+        return None
+    return checker.judged(NEW(TraceEvent, (
+        line + 1, s, "lookup_returned", thread,
+        {"key": k, "request": request, "verdict": verdict},
+    )), violation, warned)
+
+
 def _take_returned(
     checker: Checker, line: int, s: int, thread: str, k: bytes, request: str, verdict: object,
 ) -> Any:
@@ -383,6 +426,27 @@ def _take_finished(
 
 
 # -- the handlers of decoded objects (json, orjson): the reader's tests of form, inline ---
+
+
+def _pair(
+    checker: Checker, obj: dict[str, Any], ret: object, line: int, s: int, thread: str,
+) -> Any:
+    """A lookup_called (``obj``, seq ``s``) and, on the next line, its lookup_returned
+    (same thread, key text and request), both of the forms the handlers take: taken as
+    they would take them (``_take_pair``); SLOW for anything else."""
+    if type(ret) is not dict or len(obj) != 5 or len(ret) != 6:
+        return SLOW
+    key, request, verdict = obj.get("key"), obj.get("request"), ret.get("verdict", 0)
+    k = KEYS.get(key) if type(key) is str else None
+    s2 = ret.get("seq")
+    if (
+        k is None or type(request) is not str or ret.get("event") != "lookup_returned"
+        or type(s2) is not int or s2 <= s or ret.get("thread") != thread
+        or ret.get("key") != key or ret.get("request") != request
+        or (verdict is not None and verdict is not True and verdict is not False)
+    ):
+        return SLOW
+    return _take_pair(checker, line, s2, thread, k, request, verdict)
 
 
 def _lookup_called(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: str) -> Any:
@@ -537,33 +601,12 @@ def _t_called(checker: Checker, obj: Any, line: int) -> Any:
 
 def _t_pair(checker: Checker, called: Any, ret: Any, line: int) -> Any:
     """A lookup_called on ``line`` and, next, its lookup_returned (same thread, key text and
-    request): both taken as ``_t_called`` then ``_t_returned`` would, without keeping the
-    open call in between."""
-    key, thread, fast = called.key, called.thread, checker.fast
+    request): both taken as ``_t_called`` then ``_t_returned`` would."""
+    key = called.key
     k = KEYS.get(key) or fast_key(key)
-    if k is None or thread in checker.open_lookups or fast is None or fast.stopped:
+    if k is None:
         return SLOW
-    counts = checker.counts
-    counts["lookup_called"] = counts.get("lookup_called", 0) + 1
-    counts["lookup_returned"] = counts.get("lookup_returned", 0) + 1
-    request, verdict = called.request, ret.verdict
-    warned = len(fast.warnings)
-    try:
-        violation = fast.lookup(k, request, verdict)
-    except OracleLimitError as exc:
-        raise _limit(line + 1, exc) from None
-    if violation is None and len(fast.warnings) == warned and fast.index:
-        size = len(fast.hyps)  # ``_settle``, inline
-        if size > checker.peak_states:
-            checker.peak_states = size
-        checker.fed += 1
-        if checker.fed % PRUNE_EVERY == 0:
-            fast.forget_stale_notes()
-        return None
-    return checker.judged(NEW(TraceEvent, (
-        line + 1, ret.seq, "lookup_returned", thread,
-        {"key": k, "request": request, "verdict": verdict},
-    )), violation, warned)
+    return _take_pair(checker, line, ret.seq, called.thread, k, called.request, ret.verdict)
 
 
 def _t_returned(checker: Checker, obj: Any, line: int) -> Any:
