@@ -72,7 +72,7 @@ from asynclookup.observe.states import (
     H,
     P,
     StateSet,
-    concrete,
+    concrete_cached,
     post_step,
     take_step,
 )
@@ -453,8 +453,9 @@ class FastChecker(StateSet):
             out.append((h, tag))
             if h[6]:
                 out.append((self._apply_posted(h), tag))
-        pairs = self._trim_tagged(self._merge(out, False, concrete))
-        pairs = self._close(pairs, concrete)
+        ident = concrete_cached()
+        pairs = self._trim_tagged(self._merge(out, False, ident))
+        pairs = self._close(pairs, ident)
         if len(pairs) > MERGE_AT:
             pairs = self._merge(pairs, False, self._identity)
         if pairs != list(zip(self.hyps, self.tags, strict=True)):

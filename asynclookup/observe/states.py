@@ -33,7 +33,7 @@ PENDING, IN_FLIGHT, RESOLVED = 0, 1, 2
 PHASES = (Phase.PENDING, Phase.IN_FLIGHT, Phase.RESOLVED)
 _CODE = {phase: i for i, phase in enumerate(PHASES)}
 MERGE_AT = 8  # states beyond which states equal up to generations are merged too
-PROMOTE_SLACK = 4  # overlay entries tolerated beyond the last sweep before agreed keys move to base
+PROMOTE_SLACK = 2  # overlay entries tolerated beyond the last sweep before agreed keys move to base
 
 P: TypeAlias = tuple[int, int, "bool | None", frozenset[str]]  # generation, phase, verdict, reqs
 Overlay: TypeAlias = dict[bytes, "P | None"]  # None: the state holds no probe of the key
@@ -210,9 +210,10 @@ class StateSet(Notes):
             self.hyps, self.tags = [h], [tag]
             return None
         if len(out) > 1 or self.hidden_worker:
-            pairs = self._trim_tagged(self._merge(out, setdefault, concrete))  # before closing,
+            ident = concrete_cached()
+            pairs = self._trim_tagged(self._merge(out, setdefault, ident))  # before closing,
             if self.hidden_worker and pairs:  # as the engine does
-                pairs = self._close(pairs, concrete)
+                pairs = self._close(pairs, ident)
             if len(pairs) > MERGE_AT:
                 pairs = self._merge(pairs, False, self._identity)
         else:
@@ -404,6 +405,22 @@ def seeded_engine(fast: StateSet) -> oracle.Checker:
 def concrete(h: H) -> tuple[Any, ...]:
     """State ``h`` but its next generation: equal ones explain the same futures."""
     return (frozenset(h[0].items()), h[2], h[3], h[4], h[5], h[6], h[7])
+
+
+def concrete_cached() -> Identity:
+    """``concrete``, each overlay frozen once: for one commit, while no overlay changes
+    (states stepped by hidden worker steps share their overlay).  The cache holds each
+    overlay, so no other can take its ``id`` meanwhile."""
+    frozen: dict[int, tuple[Overlay, frozenset[tuple[bytes, P | None]]]] = {}
+
+    def identity(h: H) -> tuple[Any, ...]:
+        overlay = h[0]
+        got = frozen.get(id(overlay))
+        if got is None:
+            got = frozen[id(overlay)] = (overlay, frozenset(overlay.items()))
+        return (got[1], h[2], h[3], h[4], h[5], h[6], h[7])
+
+    return identity
 
 
 def take_step(h: H) -> H | None:
