@@ -156,6 +156,25 @@ def test_the_random_comparison_sees_a_lookup_that_skips_the_drain_check(
         _random_comparison(True)
 
 
+def test_the_random_comparison_sees_a_cleanup_apart_that_keeps_the_index(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cleanup apart from the worker that left its request in the index (planted) keeps
+    states the old engine does not."""
+    apart = FastChecker._cleanup_apart
+
+    def keeps_index(self: FastChecker, request: str) -> bool:
+        keys = set(self.index.get(request, ()))
+        done = apart(self, request)
+        if done and keys:
+            self.index[request] = keys
+        return done
+
+    monkeypatch.setattr(FastChecker, "_cleanup_apart", keeps_index)
+    with pytest.raises(AssertionError):
+        _random_comparison(True)
+
+
 def _random_comparison(hidden: bool) -> int:
     """Random observation sequences through both engines, compared after each; the number
     that ended in a violation."""

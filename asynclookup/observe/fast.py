@@ -229,6 +229,8 @@ class FastChecker(StateSet):
         """``cleanup(request)``: the spec's, plus (tagged) one that also deletes orphans."""
         if self._solo() is not None and self._cleanup_in_place(request):
             return None
+        if self.hidden_worker and self._cleanup_apart(request):
+            return None
         mine = sorted(self.index.get(request, ()))
         out: list[tuple[H, bool]] = []
         for h, tag in zip(self.hyps, self.tags, strict=True):
@@ -440,6 +442,54 @@ class FastChecker(StateSet):
         if len(hyps) > 1 and len(hyps[0][0]) > self._promote_at:
             self._promote()
             self._drain_closed = None
+        return True
+
+    def _cleanup_apart(self, request: str) -> bool:
+        """The general cleanup's result, built directly when the request's keys are in no
+        overlay and none is left an orphaned IN_FLIGHT probe: True, done.
+
+        Then the cleanup changes ``base`` alone, alike for every state and without a
+        wasteful variant, and the general path's merging (by exact state: no two
+        become equal), trimming (when nothing is to trim), closing (cleanup enables no
+        worker step) and promotion keep the set as it is; the merge up to generations
+        (beyond ``MERGE_AT`` states), which could make two states equal, is left to
+        the general path.
+        """
+        hyps = self.hyps
+        if self.stopped or len(hyps) > MERGE_AT or (len(hyps) == 1 and hyps[0][0]):
+            return False
+        tagged = self.tags.count(True)
+        if self.tagged_kept < tagged < len(hyps):
+            return False  # the general path trims tagged states
+        keys = self.index.get(request, ())
+        for h in hyps:
+            overlay = h[0]
+            for key in keys:
+                if key in overlay:
+                    return False
+        base = self.base
+        done: list[tuple[bytes, P | None]] = []
+        for key in keys:
+            p = base.get(key)
+            if p is None:
+                return False
+            requesters = p[3] - {request}
+            if requesters:
+                done.append((key, (p[0], p[1], p[2], requesters)))
+            elif p[1] == IN_FLIGHT:
+                return False  # an orphan: the wasteful variant is possible too
+            else:
+                done.append((key, None))
+        for key, q in done:
+            if q is None:
+                del base[key]
+            else:
+                base[key] = q
+        self.index.pop(request, None)
+        self._floor = max(h[1] for h in hyps)
+        self._drain_closed = None  # the early drain of a result for a deleted probe changed
+        if len(hyps) > 1 and len(hyps[0][0]) > self._promote_at:
+            self._promote()
         return True
 
     def _drained(self) -> bool:
