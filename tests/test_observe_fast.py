@@ -150,8 +150,12 @@ def test_the_random_comparison_sees_a_lookup_that_skips_the_drain_check(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A lookup apart from the worker that took every set as closed under an early drain
-    (planted: ``_drained`` always true) keeps states the old engine does not."""
-    monkeypatch.setattr(FastChecker, "_drained", lambda self: True)
+    (planted: ``_predrained`` gives the set back as it is) keeps states the old engine
+    does not."""
+    monkeypatch.setattr(
+        FastChecker, "_predrained",
+        lambda self, starts: list(zip(self.hyps, self.tags, strict=True)),
+    )
     with pytest.raises(AssertionError):
         _random_comparison(True)
 

@@ -93,7 +93,8 @@ class FastChecker(StateSet):
         super().__init__(
             hidden_worker=hidden_worker, max_states=max_states, tagged_kept=tagged_kept
         )
-        # the set (this very list) that a lookup's early drain cannot change: see ``_drained``
+        # the set (this very list) that a lookup's early drain cannot change: see
+        # ``_lookup_apart``
         self._drain_closed: list[H] | None = None
 
     # -- observations ------------------------------------------------------------------
@@ -405,29 +406,46 @@ class FastChecker(StateSet):
     # -- a lookup apart from the worker, with hidden worker steps ------------------------
 
     def _lookup_apart(self, key: bytes, request: str, verdict: object) -> bool:
-        """The general lookup's result, built directly when it is ``L(S)``: True, done.
+        """The general lookup's result, built directly when ``key`` is apart: True, done.
 
-        When no possible state holds ``key`` in its overlay or among its posted
-        results, the lookup (without a drain) changes every state alike: ``base``
-        at ``key``, the batch and the generation counter, nothing the merging,
-        trimming or closing under hidden steps looks at.  So it commutes with them
-        and with the early drain, and the general path's result is ``L`` of what
-        that machinery makes of the states and their early-drained variants, which
-        is the set itself once ``_drained`` found it so (then ``L`` keeps it so).
+        The general path steps each state, and each state's early-drained variant
+        (a due drain applied first), by the lookup ``L``, then merges, trims and
+        closes under hidden worker steps.  When none of those starts holds ``key``
+        in its overlay, ``L`` changes them all alike (``base`` at ``key``, the
+        batch, the generation counter), nothing that machinery looks at, so it
+        commutes with it: the result is ``L`` of the machinery's set of the
+        starts (``_predrained``), which is the set itself once found so (then ``L``
+        keeps it so, and the starts need not be computed again).
         """
         hyps = self.hyps
         if self.stopped or (len(hyps) == 1 and hyps[0][0]):
             return False
-        for h in hyps:
-            if key in h[0] or any(r[0] == key for r in h[6]):
-                return False
         base = self.base
         p = base.get(key)
         if verdict is not (None if p is None else p[2]):
             return False
-        if self._drain_closed is not hyps and not self._drained():
-            return False
+        pairs: list[tuple[H, bool]] | None = None
+        if self._drain_closed is hyps:  # then the starts are these states and their drains
+            for h in hyps:
+                if key in h[0] or any(r[0] == key for r in h[6]):
+                    return False
+        else:
+            starts = self._starts()
+            if any(key in h[0] for h, _ in starts):
+                return False
+            pairs = self._predrained(starts)
+            if (
+                len(pairs) < 2 or len(pairs) > self.max_states
+                or (all(t for _, t in pairs) and not all(self.tags))
+            ):
+                return False  # the general path decides (fold, bound, warning)
+            if pairs == list(zip(hyps, self.tags, strict=True)):
+                self._drain_closed, pairs = hyps, None
         self._note_stale_results()
+        closed = pairs is None  # then the result is closed under the early drain too
+        if pairs is not None:
+            hyps = [h for h, _ in pairs]
+            self.tags = [t for _, t in pairs]
         floor = self._floor
         if p is None:
             base[key] = (floor, PENDING, None, frozenset((request,)))
@@ -438,7 +456,8 @@ class FastChecker(StateSet):
             base[key] = (p[0], p[1], p[2], p[3] | {request})
             hyps = [(h[0], max(h[1], floor), *h[2:]) for h in hyps]
         self.index.setdefault(request, set()).add(key)
-        self.hyps = self._drain_closed = hyps
+        self.hyps = hyps
+        self._drain_closed = hyps if closed else None
         if len(hyps) > 1 and len(hyps[0][0]) > self._promote_at:
             self._promote()
             self._drain_closed = None
@@ -492,26 +511,28 @@ class FastChecker(StateSet):
             self._promote()
         return True
 
-    def _drained(self) -> bool:
-        """Whether the machinery of ``_commit`` (merge, trim, close under hidden steps)
-        applied to the states and their early-drained variants (what a lookup starts
-        from) gives back exactly the states, in order, with their tags."""
+    def _starts(self) -> list[tuple[H, bool]]:
+        """What a lookup starts from: each state (a due drain applied), and the early-
+        drained variant of each that has posted results and no drain due."""
         out: list[tuple[H, bool]] = []
         for h, tag in zip(self.hyps, self.tags, strict=True):
             if h[7]:
-                return False  # a drain is due: the lookup changes the state
+                out.append((self._apply_posted(h), tag))
+                continue
             out.append((h, tag))
             if h[6]:
                 out.append((self._apply_posted(h), tag))
+        return out
+
+    def _predrained(self, starts: list[tuple[H, bool]]) -> list[tuple[H, bool]]:
+        """The machinery of ``_commit`` (merge, trim, close under hidden worker steps, the
+        merge up to generations) applied to ``starts``."""
         ident = concrete_cached()
-        pairs = self._trim_tagged(self._merge(out, False, ident))
+        pairs = self._trim_tagged(self._merge(starts, False, ident))
         pairs = self._close(pairs, ident)
         if len(pairs) > MERGE_AT:
             pairs = self._merge(pairs, False, self._identity)
-        if pairs != list(zip(self.hyps, self.tags, strict=True)):
-            return False
-        self._drain_closed = self.hyps
-        return True
+        return pairs
 
     # -- one possible state, stepped in place --------------------------------------------
 
