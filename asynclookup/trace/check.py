@@ -72,8 +72,9 @@ from asynclookup.trace.format import (
     TraceFormatError,
 )
 from asynclookup.trace.format import CheckLimitError as CheckLimitError  # its public home
-from asynclookup.trace.hot import PRUNE_EVERY, feed_blocks
+from asynclookup.trace.hot import feed_blocks
 from asynclookup.trace.reader import Blocks
+from asynclookup.trace.take import PRUNE_EVERY
 
 Efficiency = Literal["fail", "warn"]
 EngineName = Literal["fast", "old"]

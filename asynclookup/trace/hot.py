@@ -5,12 +5,15 @@ Theory of operation
 ``feed_blocks`` walks the decoded blocks of ``asynclookup.trace.reader.Blocks``.
 For the kinds that make nearly all of a trace (the lookups, flushes, drains,
 cleanups, tier calls, worker steps and result events without an error) an
-inline handler does what the general path (``reader.event_of``, then
-``TraceChecker.feed``) does: the same tests of form (a line that fails one,
-or any key not yet seen, goes the general path, which accepts it or names
-the problem), the same ``seq`` order, the same pairing, the same step of the
-fast engine with raw values, and the same bookkeeping.  It builds an event
-only where one is kept (an open call) or reported.  Every other line, and
+inline handler tests the form as the general path (``reader.event_of``,
+then ``TraceChecker.feed``) does (a line that fails a test, or any key not
+yet seen, goes the general path, which accepts it or names the problem),
+the loop keeps the ``seq`` order, and ``asynclookup.trace.take`` pairs,
+steps the fast engine with raw values and keeps the bookkeeping.  A
+``lookup_called`` followed by its ``lookup_returned`` is taken as one pair.
+There are two sets of handlers: for the objects ``json.loads`` or orjson
+decode, and for msgspec's typed ones (``asynclookup.trace.typed``, whose
+types are already tested).  Every other line, and
 these kinds whenever the checker is not in its common state (the old engine,
 a stopped engine, a call that does not pair as it should), take the general
 path.  tests/test_trace_hot.py checks that both give the same outcome on the
@@ -22,47 +25,32 @@ protocol is the engine's.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Container
-from typing import Any, Protocol
+from typing import Any
 
-from asynclookup.observe.fast import FastChecker
-from asynclookup.observe.interface import OracleLimitError, Violation
-from asynclookup.trace.format import CheckLimitError, Header, TraceEvent, _decode
+from asynclookup.trace.format import _decode
 from asynclookup.trace.reader import (
     KEYS,
-    NEW,
     Blocks,
     _out_of_order,
     event_of,
     fast_key,
     valid_triples,
 )
+from asynclookup.trace.take import (
+    SLOW,
+    Checker,
+    count,
+    take_called,
+    take_finished,
+    take_pair,
+    take_returned,
+    take_scheduler,
+    take_started,
+    take_worker,
+)
 
 PROGRESS_EVERY = 8192  # events between calls of a progress callback (about: once a block)
-PRUNE_EVERY = 16384  # feeds between prunes of the engine's per-probe notes
-
-
-class Checker(Protocol):
-    """What the loop reads and updates of ``asynclookup.trace.check.TraceChecker``."""
-
-    header: Header
-    counts: Counter[str]
-    open_lookups: dict[str, TraceEvent]  # thread -> its lookup_called
-    open_calls: dict[str, TraceEvent]  # thread -> its tier_call_started
-    fast: FastChecker | None
-    peak_states: int
-    fed: int  # observations fed since the last restart
-    last_restart: int
-    last_flush: int | None
-
-    def feed(self, event: TraceEvent) -> Any:
-        """The general path: any event (not None: a violation was found)."""
-        ...
-
-    def judged(self, event: TraceEvent, violation: Violation | None, warned: int) -> Any:
-        """After the engine took ``event``: its violation or warning, or the bookkeeping."""
-        ...
 
 
 def feed_blocks(
@@ -190,19 +178,9 @@ def _feed_typed(
     return None
 
 
-# -- the inline handlers ------------------------------------------------------------------
-#
-# Each takes (checker, object, line, seq, thread), with seq and thread already tested,
-# and returns SLOW before changing anything when the general path must take the line,
-# else None (taken) or what ``TraceChecker.judged`` returned (a violation: stop).
-
-SLOW = object()
-
-
-def _count(checker: Checker, kind: str) -> None:
-    counts = checker.counts
-    counts[kind] = counts.get(kind, 0) + 1
-
+# -- the inline handlers: each takes (checker, object, line, seq, thread), with seq and
+# thread already tested, and returns SLOW before changing anything when the general path
+# must take the line, else None (taken) or what ``TraceChecker.judged`` returned (stop).
 
 def _keys(value: object) -> tuple[bytes, ...] | None:
     """A list of hex keys already validated, as keys; None: let the general path judge."""
@@ -215,214 +193,6 @@ def _keys(value: object) -> tuple[bytes, ...] | None:
             return None
         out.append(key)
     return tuple(out)
-
-
-def _engine(checker: Checker, thread: str, scheduler: bool) -> FastChecker | None:
-    """The fast engine when it steps raw values; None when the general path must decide
-    (the old engine, a stopped engine, or a scheduler call inside an open lookup)."""
-    fast = checker.fast
-    if fast is None or fast.stopped or (scheduler and thread in checker.open_lookups):
-        return None
-    return fast
-
-
-def _settle(
-    checker: Checker, fast: FastChecker, warned: int, violation: Violation | None,
-    line: int, s: int, kind: str, thread: str, data: Any,
-) -> Any:
-    """``TraceChecker.judged`` after a step: the common case (a request live, nothing
-    found, no warning) here; anything else through it, with the event built (``data``:
-    its fields, or the typed event they are read from)."""
-    if violation is None and len(fast.warnings) == warned and fast.index:
-        size = len(fast.hyps)
-        if size > checker.peak_states:
-            checker.peak_states = size
-        checker.fed += 1
-        if checker.fed % PRUNE_EVERY == 0:  # (this engine keeps no history to trim)
-            fast.forget_stale_notes()
-        return None
-    event = NEW(TraceEvent, (line, s, kind, thread, _fields(kind, data)))
-    return checker.judged(event, violation, warned)
-
-
-_TYPED_LISTS = {"flush": ("submitted", "dropped"), "drain": (), "take_batch": ("entries",),
-                "post": ("results",)}
-
-
-def _fields(kind: str, data: Any) -> dict[str, Any]:
-    """An event's fields: ``data`` itself, or read from a typed event (its lists as
-    ``json.loads`` gives them: lists of lists)."""
-    if type(data) is dict:
-        return data
-    if kind == "cleanup":
-        return {"request": data.request}
-    return {
-        name: [list(item) for item in getattr(data, name)]
-        for name in _TYPED_LISTS[kind] if type(getattr(data, name)) is list
-    }
-
-
-def _limit(line: int, exc: OracleLimitError) -> CheckLimitError:
-    return CheckLimitError(line, f"cannot check this trace: {exc}")
-
-
-# -- taking a line whose form was tested: pairing, the engine's step, bookkeeping --------
-#
-# Shared by the handlers of decoded objects and of msgspec's Structs; each returns SLOW
-# before changing anything when the checker is not in its common state.
-
-
-
-def _take_called(checker: Checker, line: int, s: int, thread: str, k: bytes, request: str
-                 ) -> Any:
-    if thread in checker.open_lookups:
-        return SLOW
-    checker.open_lookups[thread] = NEW(
-        TraceEvent, (line, s, "lookup_called", thread, {"key": k, "request": request})
-    )
-    counts = checker.counts
-    counts["lookup_called"] = counts.get("lookup_called", 0) + 1
-    return None
-
-
-def _take_pair(
-    checker: Checker, line: int, s: int, thread: str, k: bytes, request: str, verdict: object,
-) -> Any:
-    """A lookup_called on ``line`` and its lookup_returned (``s``) on the next: both taken
-    as ``_take_called`` then ``_take_returned`` would, without keeping the open call."""
-    fast = checker.fast
-    if thread in checker.open_lookups or fast is None or fast.stopped:
-        return SLOW
-    counts = checker.counts
-    counts["lookup_called"] = counts.get("lookup_called", 0) + 1
-    counts["lookup_returned"] = counts.get("lookup_returned", 0) + 1
-    warned = len(fast.warnings)
-    try:
-        violation = fast.lookup(k, request, verdict)
-    except OracleLimitError as exc:
-        raise _limit(line + 1, exc) from None
-    if violation is None and len(fast.warnings) == warned and fast.index:
-        size = len(fast.hyps)  # ``_settle``, inline: this is the commonest step
-        if size > checker.peak_states:
-            checker.peak_states = size
-        checker.fed += 1
-        if checker.fed % PRUNE_EVERY == 0:
-            fast.forget_stale_notes()
-        return None
-    return checker.judged(NEW(TraceEvent, (
-        line + 1, s, "lookup_returned", thread,
-        {"key": k, "request": request, "verdict": verdict},
-    )), violation, warned)
-
-
-def _take_returned(
-    checker: Checker, line: int, s: int, thread: str, k: bytes, request: str, verdict: object,
-) -> Any:
-    opened = checker.open_lookups
-    called = opened.get(thread)
-    fast = checker.fast  # ``_engine``, inline: this is the commonest step
-    if (
-        called is None or fast is None or fast.stopped
-        or called[4]["key"] != k or called[4]["request"] != request
-    ):
-        return SLOW
-    del opened[thread]
-    counts = checker.counts
-    counts["lookup_returned"] = counts.get("lookup_returned", 0) + 1
-    warned = len(fast.warnings)
-    try:
-        violation = fast.lookup(k, request, verdict)
-    except OracleLimitError as exc:
-        raise _limit(line, exc) from None
-    if violation is None and len(fast.warnings) == warned and fast.index:
-        size = len(fast.hyps)  # ``_settle``, inline: this is the commonest step
-        if size > checker.peak_states:
-            checker.peak_states = size
-        checker.fed += 1
-        if checker.fed % PRUNE_EVERY == 0:
-            fast.forget_stale_notes()
-        return None
-    return checker.judged(NEW(TraceEvent, (
-        line, s, "lookup_returned", thread, {"key": k, "request": request, "verdict": verdict}
-    )), violation, warned)
-
-
-def _take_scheduler(
-    checker: Checker, line: int, s: int, thread: str, kind: str, request: str | None,
-    data: Any,
-) -> Any:
-    """flush, drain, cleanup (``request``)."""
-    fast = _engine(checker, thread, scheduler=True)
-    if fast is None:
-        return SLOW
-    counts = checker.counts
-    counts[kind] = counts.get(kind, 0) + 1
-    warned = len(fast.warnings)
-    try:
-        if kind == "flush":
-            checker.last_flush = line
-            violation = fast.flush()
-        elif kind == "drain":
-            violation = fast.drain()
-        else:
-            assert request is not None
-            violation = fast.cleanup(request)
-    except OracleLimitError as exc:
-        raise _limit(line, exc) from None
-    return _settle(checker, fast, warned, violation, line, s, kind, thread, data)
-
-
-def _take_worker(checker: Checker, line: int, s: int, thread: str, kind: str, data: Any
-                 ) -> Any:
-    """take_batch and post (form only when the worker steps are hidden)."""
-    fast = _engine(checker, thread, scheduler=False)
-    if fast is None:
-        return SLOW
-    counts = checker.counts
-    counts[kind] = counts.get(kind, 0) + 1
-    if not checker.header.worker_steps:
-        return None
-    warned = len(fast.warnings)
-    try:
-        violation = fast.take_batch() if kind == "take_batch" else fast.post()
-    except OracleLimitError as exc:
-        raise _limit(line, exc) from None
-    return _settle(checker, fast, warned, violation, line, s, kind, thread, data)
-
-
-def _take_started(
-    checker: Checker, line: int, s: int, thread: str, keys: tuple[bytes, ...], request: str,
-) -> Any:
-    if thread in checker.open_calls:
-        return SLOW
-    checker.open_calls[thread] = NEW(
-        TraceEvent, (line, s, "tier_call_started", thread, {"keys": keys, "request": request})
-    )
-    _count(checker, "tier_call_started")
-    return None
-
-
-def _take_finished(
-    checker: Checker, line: int, s: int, thread: str, keys: tuple[bytes, ...], request: str,
-    values: tuple[bool, ...],
-) -> Any:
-    """tier_call_finished with a proper answer."""
-    started = checker.open_calls.get(thread)
-    fast = _engine(checker, thread, scheduler=False)
-    if (
-        started is None or fast is None or len(values) != len(keys)
-        or started[4]["keys"] != keys or started[4]["request"] != request
-    ):
-        return SLOW
-    del checker.open_calls[thread]
-    _count(checker, "tier_call_finished")
-    warned = len(fast.warnings)
-    try:
-        violation = fast.answered(keys, request, values)
-    except OracleLimitError as exc:
-        raise _limit(line, exc) from None
-    return _settle(checker, fast, warned, violation, line, s, "tier_call_finished", thread,
-                   {"keys": keys, "request": request, "answers": values})
 
 
 # -- the handlers of decoded objects (json, orjson): the reader's tests of form, inline ---
@@ -446,7 +216,7 @@ def _pair(
         or (verdict is not None and verdict is not True and verdict is not False)
     ):
         return SLOW
-    return _take_pair(checker, line, s2, thread, k, request, verdict)
+    return take_pair(checker, line, s2, thread, k, request, verdict)
 
 
 def _lookup_called(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: str) -> Any:
@@ -454,7 +224,7 @@ def _lookup_called(checker: Checker, obj: dict[str, Any], line: int, s: int, thr
     k = KEYS.get(key) if type(key) is str else None
     if len(obj) != 5 or k is None or type(request) is not str:
         return SLOW
-    return _take_called(checker, line, s, thread, k, request)
+    return take_called(checker, line, s, thread, k, request)
 
 
 def _lookup_returned(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: str
@@ -466,7 +236,7 @@ def _lookup_returned(checker: Checker, obj: dict[str, Any], line: int, s: int, t
         or (verdict is not None and verdict is not True and verdict is not False)
     ):
         return SLOW
-    return _take_returned(checker, line, s, thread, k, request, verdict)
+    return take_returned(checker, line, s, thread, k, request, verdict)
 
 
 def _result(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: str) -> Any:
@@ -480,7 +250,7 @@ def _result(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: st
         or (applied and verdict is not True and verdict is not False)
     ):
         return SLOW
-    _count(checker, kind)
+    count(checker, kind)
     return None
 
 
@@ -508,11 +278,11 @@ def _scheduler(checker: Checker, obj: dict[str, Any], line: int, s: int, thread:
         request = obj.get("request")
         if len(obj) != 4 or type(request) is not str:
             return SLOW
-        return _take_scheduler(checker, line, s, thread, kind, request, {"request": request})
+        return take_scheduler(checker, line, s, thread, kind, request, {"request": request})
     data = _no_error(obj, kind)
     if data is None:
         return SLOW
-    return _take_scheduler(checker, line, s, thread, kind, None, data)
+    return take_scheduler(checker, line, s, thread, kind, None, data)
 
 
 def _worker(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: str) -> Any:
@@ -521,7 +291,7 @@ def _worker(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: st
     data = _no_error(obj, kind)
     if data is None:
         return SLOW
-    return _take_worker(checker, line, s, thread, kind, data)
+    return take_worker(checker, line, s, thread, kind, data)
 
 
 def _tier_started(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: str
@@ -529,7 +299,7 @@ def _tier_started(checker: Checker, obj: dict[str, Any], line: int, s: int, thre
     keys, request = _keys(obj.get("keys")), obj.get("request")
     if len(obj) != 5 or keys is None or type(request) is not str:
         return SLOW
-    return _take_started(checker, line, s, thread, keys, request)
+    return take_started(checker, line, s, thread, keys, request)
 
 
 def _tier_finished(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: str
@@ -541,7 +311,7 @@ def _tier_finished(checker: Checker, obj: dict[str, Any], line: int, s: int, thr
         or not all(v is True or v is False for v in answers)
     ):
         return SLOW
-    return _take_finished(checker, line, s, thread, keys, request, tuple(answers))
+    return take_finished(checker, line, s, thread, keys, request, tuple(answers))
 
 
 Inline = Callable[[Checker, dict[str, Any], int, int, str], Any]
@@ -588,15 +358,9 @@ def _hex_triples(value: object) -> bool:
 def _t_called(checker: Checker, obj: Any, line: int) -> Any:
     key = obj.key
     k = KEYS.get(key) or fast_key(key)
-    thread = obj.thread
-    if k is None or thread in checker.open_lookups:
+    if k is None:
         return SLOW
-    checker.open_lookups[thread] = NEW(
-        TraceEvent, (line, obj.seq, "lookup_called", thread, {"key": k, "request": obj.request})
-    )
-    counts = checker.counts
-    counts["lookup_called"] = counts.get("lookup_called", 0) + 1
-    return None
+    return take_called(checker, line, obj.seq, obj.thread, k, obj.request)
 
 
 def _t_pair(checker: Checker, called: Any, ret: Any, line: int) -> Any:
@@ -606,7 +370,7 @@ def _t_pair(checker: Checker, called: Any, ret: Any, line: int) -> Any:
     k = KEYS.get(key) or fast_key(key)
     if k is None:
         return SLOW
-    return _take_pair(checker, line, ret.seq, called.thread, k, called.request, ret.verdict)
+    return take_pair(checker, line, ret.seq, called.thread, k, called.request, ret.verdict)
 
 
 def _t_returned(checker: Checker, obj: Any, line: int) -> Any:
@@ -614,7 +378,7 @@ def _t_returned(checker: Checker, obj: Any, line: int) -> Any:
     k = KEYS.get(key) or fast_key(key)
     if k is None:
         return SLOW
-    return _take_returned(checker, line, obj.seq, obj.thread, k, obj.request, obj.verdict)
+    return take_returned(checker, line, obj.seq, obj.thread, k, obj.request, obj.verdict)
 
 
 def _t_result(checker: Checker, obj: Any, line: int) -> Any:
@@ -629,10 +393,10 @@ def _t_result(checker: Checker, obj: Any, line: int) -> Any:
 def _t_scheduler(checker: Checker, obj: Any, line: int) -> Any:
     kind = obj.kind
     if kind == "cleanup":
-        return _take_scheduler(checker, line, obj.seq, obj.thread, kind, obj.request, obj)
+        return take_scheduler(checker, line, obj.seq, obj.thread, kind, obj.request, obj)
     if kind == "flush" and not (_hex_triples(obj.submitted) and _hex_triples(obj.dropped)):
         return SLOW
-    return _take_scheduler(checker, line, obj.seq, obj.thread, kind, None, obj)
+    return take_scheduler(checker, line, obj.seq, obj.thread, kind, None, obj)
 
 
 def _t_worker(checker: Checker, obj: Any, line: int) -> Any:
@@ -640,21 +404,21 @@ def _t_worker(checker: Checker, obj: Any, line: int) -> Any:
     name = "entries" if kind == "take_batch" else "results"
     if not _hex_triples(getattr(obj, name)):
         return SLOW
-    return _take_worker(checker, line, obj.seq, obj.thread, kind, obj)
+    return take_worker(checker, line, obj.seq, obj.thread, kind, obj)
 
 
 def _t_started(checker: Checker, obj: Any, line: int) -> Any:
     keys = _hex_all(obj.keys)
     if keys is None:
         return SLOW
-    return _take_started(checker, line, obj.seq, obj.thread, keys, obj.request)
+    return take_started(checker, line, obj.seq, obj.thread, keys, obj.request)
 
 
 def _t_finished(checker: Checker, obj: Any, line: int) -> Any:
     keys = _hex_all(obj.keys)
     if keys is None:
         return SLOW
-    return _take_finished(checker, line, obj.seq, obj.thread, keys, obj.request,
+    return take_finished(checker, line, obj.seq, obj.thread, keys, obj.request,
                           tuple(obj.answers))
 
 
