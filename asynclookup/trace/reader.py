@@ -6,7 +6,9 @@ Theory of operation
 problem; that is exact but slow.  This module reads the same file by blocks of
 ``BLOCK`` lines: a block is decoded with one call of the parser (the
 standard library's ``json.loads`` by default, or ``orjson.loads`` when asked
-for and installed: the ``fast`` extra), and each object is validated by a
+for and installed: the ``fast`` extra; msgspec, the extra's other parser,
+decodes each line into a typed Struct, ``asynclookup.trace.typed``), and
+each object is validated by a
 test unrolled for its kind, which accepts only what ``format.parse_event``
 accepts and builds the same ``TraceEvent`` (tests/test_trace_format.py
 compares the two on random objects).  Anything else takes the exact path:
@@ -18,7 +20,7 @@ compares the two on random objects).  Anything else takes the exact path:
   ``format.parse_event``; with a parser other than the standard library's,
   the object is first decoded again from its line by ``json.loads`` (orjson
   reads an integer beyond 64 bits as a float, for one), so a verdict never
-  depends on the parser (tests/test_trace_reader.py checks both on the
+  depends on the parser (tests/test_trace_reader.py checks each on the
   suite's traces).
 
 ``Blocks`` reads the header and then gives the decoded blocks, for the

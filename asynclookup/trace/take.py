@@ -54,7 +54,7 @@ class Checker(Protocol):
         ...
 
 
-SLOW = object()
+SLOW = object()  # what a ``take_*`` returns when the general path must take the line
 
 
 def count(checker: Checker, kind: str) -> None:
@@ -64,7 +64,7 @@ def count(checker: Checker, kind: str) -> None:
 
 
 
-def engine(checker: Checker, thread: str, scheduler: bool) -> FastChecker | None:
+def _engine(checker: Checker, thread: str, scheduler: bool) -> FastChecker | None:
     """The fast engine when it steps raw values; None when the general path must decide
     (the old engine, a stopped engine, or a scheduler call inside an open lookup)."""
     fast = checker.fast
@@ -109,7 +109,7 @@ def _fields(kind: str, data: Any) -> dict[str, Any]:
     }
 
 
-def limit(line: int, exc: OracleLimitError) -> CheckLimitError:
+def _limit(line: int, exc: OracleLimitError) -> CheckLimitError:
     return CheckLimitError(line, f"cannot check this trace: {exc}")
 
 
@@ -147,7 +147,7 @@ def take_pair(
     try:
         violation = fast.lookup(k, request, verdict)
     except OracleLimitError as exc:
-        raise limit(line + 1, exc) from None
+        raise _limit(line + 1, exc) from None
     if violation is None and len(fast.warnings) == warned and fast.index:
         size = len(fast.hyps)  # ``_settle``, inline: this is the commonest step
         if size > checker.peak_states:
@@ -180,7 +180,7 @@ def take_returned(
     try:
         violation = fast.lookup(k, request, verdict)
     except OracleLimitError as exc:
-        raise limit(line, exc) from None
+        raise _limit(line, exc) from None
     if violation is None and len(fast.warnings) == warned and fast.index:
         size = len(fast.hyps)  # ``_settle``, inline: this is the commonest step
         if size > checker.peak_states:
@@ -199,7 +199,7 @@ def take_scheduler(
     data: Any,
 ) -> Any:
     """flush, drain, cleanup (``request``)."""
-    fast = engine(checker, thread, scheduler=True)
+    fast = _engine(checker, thread, scheduler=True)
     if fast is None:
         return SLOW
     counts = checker.counts
@@ -215,14 +215,14 @@ def take_scheduler(
             assert request is not None
             violation = fast.cleanup(request)
     except OracleLimitError as exc:
-        raise limit(line, exc) from None
+        raise _limit(line, exc) from None
     return _settle(checker, fast, warned, violation, line, s, kind, thread, data)
 
 
 def take_worker(checker: Checker, line: int, s: int, thread: str, kind: str, data: Any
                  ) -> Any:
     """take_batch and post (form only when the worker steps are hidden)."""
-    fast = engine(checker, thread, scheduler=False)
+    fast = _engine(checker, thread, scheduler=False)
     if fast is None:
         return SLOW
     counts = checker.counts
@@ -233,7 +233,7 @@ def take_worker(checker: Checker, line: int, s: int, thread: str, kind: str, dat
     try:
         violation = fast.take_batch() if kind == "take_batch" else fast.post()
     except OracleLimitError as exc:
-        raise limit(line, exc) from None
+        raise _limit(line, exc) from None
     return _settle(checker, fast, warned, violation, line, s, kind, thread, data)
 
 
@@ -255,7 +255,7 @@ def take_finished(
 ) -> Any:
     """tier_call_finished with a proper answer."""
     started = checker.open_calls.get(thread)
-    fast = engine(checker, thread, scheduler=False)
+    fast = _engine(checker, thread, scheduler=False)
     if (
         started is None or fast is None or len(values) != len(keys)
         or started[4]["keys"] != keys or started[4]["request"] != request
@@ -267,6 +267,6 @@ def take_finished(
     try:
         violation = fast.answered(keys, request, values)
     except OracleLimitError as exc:
-        raise limit(line, exc) from None
+        raise _limit(line, exc) from None
     return _settle(checker, fast, warned, violation, line, s, "tier_call_finished", thread,
                    {"keys": keys, "request": request, "answers": values})
