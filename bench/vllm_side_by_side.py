@@ -38,7 +38,9 @@ What is compared, like with like:
 Each figure is the CPU time of the calling thread (``time.thread_time_ns``: the
 worker threads' CPU is not in it), median of ``--runs`` runs with its range;
 the runs alternate between the two implementations so that a change in the
-machine's load falls on both.  The ratio is reference / vLLM (0.5: the
+machine's load falls on both, and each starts from a collected heap
+(``gc.collect()``, untimed) so that one side's garbage is not collected in the
+other's run.  The ratio is reference / vLLM (0.5: the
 reference costs half as much).  Usage (from the repository root)::
 
     .venv/bin/python bench/vllm_side_by_side.py [--ops 1000000] [--steps 200]
@@ -50,6 +52,7 @@ This script measures; it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import statistics
 import subprocess
@@ -300,10 +303,15 @@ def row(figure: str, unit: str, ours: list[float], theirs: list[float]) -> str:
 def alternate(
     runs: int, contestants: Sequence[Contestant], measure: Callable[[Contestant], float]
 ) -> list[list[float]]:
-    """``runs`` measurements of each contestant, taking turns run by run."""
+    """``runs`` measurements of each contestant, taking turns run by run.
+
+    Each run starts from a collected heap, so that the garbage one contestant
+    left does not fall into the other's run.
+    """
     results: list[list[float]] = [[] for _ in contestants]
     for _ in range(runs):
         for i, who in enumerate(contestants):
+            gc.collect()
             results[i].append(measure(who))
     return results
 

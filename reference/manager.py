@@ -11,7 +11,9 @@ to this step's batch; ``flush`` re-validates the batch against the live probes
 and submits the survivors as one item to the worker; the worker posts
 ``(key, generation, verdict)`` results; results are applied only inside
 ``lookup`` (the first after a flush), ``flush``, ``drain_results`` and
-``shutdown``, and only to a probe of the same generation.
+``shutdown``, and only to a probe of the same generation.  The hot path, a
+``lookup`` repeated by the same request with no drain due, changes nothing: it
+reads the verdict in one probe-table lookup and one membership test.
 
 Who owns what (docs/reference.md has the full picture): every public method
 except ``health`` belongs to the scheduler thread, which alone reads and writes
@@ -33,10 +35,10 @@ import logging
 import queue
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Literal, NamedTuple
 
 from asynclookup.reference.errors import ManagerClosedError
@@ -80,6 +82,9 @@ class Probe:
             f"{sorted(self.requesters)})"
         )
 
+
+# ``_answerable`` while a drain is due and after shutdown: a lookup finds nothing here.
+NO_PROBES: Mapping[bytes, Probe] = MappingProxyType({})
 
 EntryView = tuple[bytes, str, int]  # (key, request id, generation), as the spec's Entry
 
@@ -154,7 +159,10 @@ class AsyncLookupManager:
         self._index: dict[str, set[bytes]] = {}  # request -> keys it is a requester of
         self._next_generation = 0
         self._batch: list[Entry] = []  # this step's entries, not yet flushed
-        self._drain_due = False  # a flush happened and no drain since
+        # The probes a lookup may answer from as they stand: the probe table, or
+        # NO_PROBES while a drain is due and after shutdown (this is the spec's
+        # drain_due: see _drain_due).
+        self._answerable: Mapping[bytes, Probe] = self._probes
         self._closed = False
         # -- the two containers that cross threads
         self._batches: queue.Queue[Batch | None] = queue.Queue()  # flushed, not taken
@@ -178,19 +186,27 @@ class AsyncLookupManager:
 
     def lookup(self, key: bytes, request: RequestContext) -> bool | None:
         """Lookup: the verdict of ``key``'s probe, None until known; ``request`` joins it."""
+        try:  # asked again, no drain due: nothing to apply or record, only the verdict
+            probe = self._answerable.get(key)
+            if probe is not None and request.req_id in probe.requesters:
+                return probe.verdict
+        except (TypeError, AttributeError):
+            pass  # misuse (an unhashable key, a request without req_id): refused below
+        # The spec's lookup.  Misuse is refused before any state changes (the path
+        # above changes none, so it needs no check).
         if self._closed or not isinstance(key, bytes) or not isinstance(request, RequestContext):
             self._check_lookup(key, request)  # raises the error that names the misuse
-        if self._drain_due:  # the first lookup after a flush applies posted results
-            self._apply_posted()
+        if self._answerable is NO_PROBES:  # drain due (closed was refused above):
+            self._apply_posted()  # the first lookup after a flush applies posted results
+            probe = self._probes.get(key)  # otherwise the probe found above is the live one
         req_id = request.req_id
-        probe = self._probes.get(key)
         if probe is None:  # no state: a new probe, PENDING, in this step's batch
             generation = self._next_generation
             self._next_generation = generation + 1
             self._probes[key] = probe = Probe(generation, PENDING, None, {req_id})
             self._batch.append((key, request, generation))
         elif req_id in probe.requesters:
-            return probe.verdict  # asked again: nothing new to record
+            return probe.verdict  # asked again (after a drain): nothing new to record
         else:
             probe.requesters.add(req_id)  # joins the probe; never a second probe
         keys = self._index.get(req_id)
@@ -345,6 +361,7 @@ class AsyncLookupManager:
                 except queue.Empty:
                     break
             self._closed = True
+            self._answerable = NO_PROBES  # so every lookup takes the checked way: refused
 
     # -- applying results: shared by lookup, flush, drain_results and shutdown -------
 
@@ -370,6 +387,19 @@ class AsyncLookupManager:
                             "result_applied", key=key, generation=generation, verdict=verdict
                         )
         self._drain_due = False
+
+    @property
+    def _drain_due(self) -> bool:
+        """The spec's drain_due: a flush happened and no drain since.
+
+        Kept as ``_answerable`` being NO_PROBES, so that a lookup asked again tests
+        no flag: while a drain is due it finds nothing there and takes the full way.
+        """
+        return self._answerable is NO_PROBES and not self._closed
+
+    @_drain_due.setter
+    def _drain_due(self, due: bool) -> None:
+        self._answerable = NO_PROBES if due else self._probes
 
     # -- what others may read ----------------------------------------------------------
 

@@ -90,6 +90,18 @@ def test_observed_lookup_after_shutdown_raises_manager_closed() -> None:
     assert recorder.events == []
 
 
+def test_lookup_asked_again_after_shutdown_raises_manager_closed() -> None:
+    """A lookup the probe table could answer (same key, same request) is refused after
+    shutdown as well."""
+    m = AsyncLookupManager(InMemoryTier(), mode="stepped")
+    m.lookup(A, R1)
+    m.mark_present([A])
+    assert m.lookup(A, R1) is True
+    m.shutdown()
+    with pytest.raises(ManagerClosedError, match=r"closed: lookup\(\) was called after"):
+        m.lookup(A, R1)
+
+
 def test_manager_closed_error_is_a_runtime_error() -> None:
     """Callers catching RuntimeError also catch ManagerClosedError."""
     assert issubclass(ManagerClosedError, RuntimeError)
