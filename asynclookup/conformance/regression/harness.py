@@ -21,6 +21,7 @@ property broken, with its section of docs/properties.md (asynclookup's docs).
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -206,8 +207,12 @@ class Run:
 
         scripted = type(f"Scripted{shape.cls.__name__}", (shape.cls,),
                         {shape.name("batch_lookup"): batch_lookup})
+        self.caller = Caller()
         before = set(threading.enumerate())
-        self.manager = scripted("regression", **shape.kwargs)
+        built, self.manager, raised = self.caller.call(
+            lambda: scripted("regression", **shape.kwargs))
+        if not built or raised is not None:
+            raise AssertionError(f"{shape.cls.__name__}(...) did not build: {raised}")
         self.threads = [t for t in threading.enumerate() if t not in before]
         self.posted: CountingQueue | None = None
         if shape.results:
@@ -436,27 +441,43 @@ class Run:
         raise AssertionError(f"{self.text}: {what}{link}") from cause
 
     def _call(self, fn: Callable[[], Any], text: str, judge: bool = True) -> Any:
-        """fn() on a thread of its own, waited for at most CALL_WAIT seconds."""
+        """fn() on the test's scheduler thread, waited for at most CALL_WAIT seconds."""
         __tracebackhide__ = True
-        raised: list[BaseException] = []
-        value: list[Any] = []
-
-        def call() -> None:
-            try:
-                value.append(fn())
-            except BaseException as exc:  # reported on the test's thread
-                raised.append(exc)
-
-        thread = threading.Thread(target=call, name="regression-call", daemon=True)
-        thread.start()
-        thread.join(CALL_WAIT)
-        if judge and thread.is_alive():
+        done, value, exc = self.caller.call(fn)
+        if judge and not done:
             self._fail(f"{text} did not return within {CALL_WAIT} s", PROGRESS)
-        if judge and raised:
-            exc = raised[0]
+        if judge and exc is not None:
             self._fail(f"{text} raised {type(exc).__name__}: {exc}", SURVIVAL, exc)
-        return value[0] if value else None
+        return value
 
+
+class Caller:
+    """The one thread that makes every call into the class, as the oracle's did: a
+    call that never returns holds only it, and the test reports it."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="regression-scheduler",
+                         daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            self.jobs.get()()
+
+    def call(self, fn: Callable[[], Any]) -> tuple[bool, Any, BaseException | None]:
+        """Whether fn() returned within CALL_WAIT, what it returned, what it raised."""
+        out: list[Any] = [None, None]
+        finished = threading.Event()
+
+        def job() -> None:
+            try:
+                out[0] = fn()
+            except BaseException as exc:  # reported on the test's thread
+                out[1] = exc
+            finished.set()
+
+        self.jobs.put(job)
+        return finished.wait(CALL_WAIT), out[0], out[1]
 
 def _resolve(manager: Any, path: str) -> Any:
     for part in path.split("."):
