@@ -153,8 +153,10 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     ``harness_text`` gives."""
     env = dict(os.environ, PYTHONPATH=str(BUGGY))  # the user's module, as on their path
 
+    outs = {p.module: tmp_path_factory.mktemp(p.module) for p in PAIRS}  # not threadsafe
+
     def fuzz(pair: Pair) -> str:
-        out = tmp_path_factory.mktemp(pair.module)
+        out = outs[pair.module]
         done = subprocess.run(
             [str(CLI), "fuzz", "--impl", pair.impl, *pair.options, "--faults", pair.faults,
              "--seed", "1", "--quiet", "--regression-out", str(out / "test_regression.py")],
@@ -231,13 +233,19 @@ def test_the_file_reads_as_the_calls_each_with_one_line_of_why(
     assert "import asynclookup\n" not in text and "from asynclookup." not in text
     command = " ".join(module_doc.replace("\\\n", " ").split())
     assert f"asynclookup fuzz --impl {pair.impl} " in command, command
-    assert " ".join(pair.options) in command.replace("'", ""), command
+    for name, value in zip(pair.options[::2], pair.options[1::2], strict=True):
+        for item in value.split(","):  # --method a=b,c=d is written --method a=b --method c=d
+            assert f"{name} {item}" in command.replace("'", ""), command
     assert command.endswith("--regression-out test_regression.py"), command
     assert "/tmp" not in text and str(ROOT) not in text
     steps = sum(line.strip().startswith("# ") and line.strip()[2:3].isdigit()
                 for line in test.splitlines())
     if steps <= 7:  # six calls and the closing shutdown
         assert len(text.splitlines()) <= 100, len(text.splitlines())
+    done = subprocess.run([str(RUFF), "check", "--isolated", "--line-length", "88",
+                           "--select", "E,F,W,B,UP", "--stdin-filename", "test_regression.py",
+                           "-"], input=text, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout
 
 
 def test_the_written_files_are_clean_under_ruff_at_88_columns(tmp_path: Path) -> None:
@@ -462,7 +470,7 @@ def test_a_file_carries_the_shape_it_was_written_for() -> None:
     command = _command(head, shape, "short", "asynclookup fuzz --impl m:C --seed 3 "
                        "--regression-out /somewhere/t.py", "t.py")
     assert command == (
-        "asynclookup fuzz --impl m:C --method mark_miss=invalidate,mark_present=none "
+        "asynclookup fuzz --impl m:C --method mark_miss=invalidate --method mark_present=none "
         "--cleanup-arg context --verdicts v.mod:to_bool --impl-arg n_lookup_threads=2 "
         "--drain-before-lookup --faults short --seed 3 --regression-out t.py"), command
 

@@ -180,7 +180,8 @@ def module_text(explored: Explored, head: Head) -> str:
                              WIDTH - 7, initial_indent="    ", subsequent_indent="    ")
     about = textwrap.fill(ABOUT.format(cls=head.cls, helper=HELPER), WIDTH)
     return "\n".join([
-        f'r"""Regression test: {head.cls} breaks {head.title}.', "",
+        *textwrap.wrap(f'r"""Regression test: {head.cls} breaks {head.title}.', WIDTH,
+                       break_long_words=False), "",
         head.detail, "",
         *textwrap.wrap(f"The run that shows it, shrunk to {head.calls} calls, as the "
                        "conformance oracle of asynclookup printed it:", WIDTH), "",

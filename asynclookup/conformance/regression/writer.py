@@ -214,8 +214,8 @@ def _command(head: str, shape: Shape, faults: str, command: str | None, name: st
     CLI spells them, the run's other options (seed, examples) kept from ``command``,
     and the file by its name alone (no machine path)."""
     words = ["asynclookup", "fuzz", "--impl", head]
-    if shape.methods:
-        words += ["--method", ",".join(f"{k}={v}" for k, v in shape.methods)]
+    for key, value in shape.methods:  # one option each: a comma list may not fit a line
+        words += ["--method", f"{key}={value}"]
     if shape.cleanup_arg is not None:
         words += ["--cleanup-arg", shape.cleanup_arg]
     if shape.verdicts is not None:
