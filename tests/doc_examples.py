@@ -18,8 +18,9 @@ The rules (docs/index.md, "Examples are tested", says them to writers):
   the exit code the line must return (0 otherwise).  A ``pytest ...`` line runs
   ``python -m pytest -p no:cacheprovider ...`` in a subprocess in the working
   directory, with the runner's ``sys.path`` as its PYTHONPATH (so the example's
-  files and this checkout import as they would for ``python`` run there), for
-  the regression files an example writes.  Other lines (``make``, ``pip``,
+  files and this checkout import as they would for ``python`` run there) and
+  the oracle's pytest plugin loaded, for the regression files an example writes
+  and the plugin's examples.  Other lines (``make``, ``pip``,
   ``.venv/bin/python ...``) are not run.
 - Any other block (```` ```text ````, ```` ```json ````, ```` ```mermaid ````, a bare
   fence) is not run.  Signatures and pseudo-code go in ```` ```text ````.
@@ -169,9 +170,12 @@ def _entry_point(argv: Sequence[str]) -> tuple[Callable[[Sequence[str]], int], l
 
 
 def _pytest(argv: Sequence[str]) -> tuple[int, str]:
-    """Run a ``pytest`` line in a subprocess (the exit code and what it printed)."""
+    """Run a ``pytest`` line in a subprocess (the exit code and what it printed), with the
+    oracle's pytest plugin as its entry point loads it once installed (a checkout's venv
+    may predate the entry point; -p finds it by the same name where it is installed)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *argv[1:]],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p",
+                           "asynclookup.conformance.pytest_plugin", *argv[1:]],
                           env=env, capture_output=True, text=True, timeout=300)
     return done.returncode, done.stdout + done.stderr
 

@@ -1,5 +1,7 @@
-"""Shapes near vLLM's, without an adapter: --method, --cleanup-arg, --verdicts, worker pools,
-classes without cleanup(), constructor arguments (--impl-arg), a drain before each lookup.
+"""Shapes near vLLM's, driven without an adapter: one correct class and one bug each.
+
+The options: --method (cleanup=none included), --cleanup-arg, --verdicts,
+--impl-arg (constructor arguments), --drain-before-lookup; and worker pools.
 
 Each shape of ``tests/shapes/`` has a correct class, which passes with every
 fault and strict efficiency, and a class with one planted bug, which is killed

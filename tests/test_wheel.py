@@ -3,10 +3,12 @@
 This is what a user of an engine gets from ``pip install``: one namespace,
 ``asynclookup``, with its subpackages; no top-level ``spec`` or ``reference``;
 the README's taste runs, the README's command lines run from an empty directory
-(the example classes they name ship in ``asynclookup.examples``), and the
+(the example classes they name ship in ``asynclookup.examples``), the
 ``asynclookup`` script fuzzes a vLLM-shaped class of the user's own from the
-user's directory.  Without a C compiler the wheel builds all the same, says it
-will use the pure-Python kernel, and that kernel runs.
+user's directory, and so does ``pytest --asynclookup-impl=...`` (the plugin's
+``pytest11`` entry point, with pytest installed beside the wheel).  Without a
+C compiler the wheel builds all the same, says it will use the pure-Python
+kernel, and that kernel runs.
 """
 
 from __future__ import annotations
@@ -159,3 +161,26 @@ def test_impl_fuzz_runs_from_the_wheel(installed: tuple[Path, Path, Path]) -> No
                 "--examples", "200", "--seed", "1"], cwd=work)
     assert bad.returncode == 1, bad.stdout[-2000:] + bad.stderr[-2000:]
     assert "VIOLATION (safety)" in bad.stdout and "  1. " in bad.stdout
+
+
+def test_the_pytest_plugin_runs_from_the_wheel(
+    installed: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """With pytest installed beside the wheel, ``pytest --asynclookup-impl=...`` in an empty
+    directory finds the plugin by its entry point alone: the fixed example passes, the
+    seed bug fails with its counterexample."""
+    _, python, _ = installed
+    done = _run([str(python), "-m", "pip", "install", "-q", "pytest"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    pytest = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    example = "--asynclookup-impl=asynclookup.examples.seed_bug:"
+    good = _run([*pytest, f"{example}FixedManager", "--asynclookup-examples=20",
+                 "--asynclookup-seed=1"], cwd=empty)
+    assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]
+    assert "1 passed" in good.stdout
+    bad = _run([*pytest, f"{example}BuggyManager", "--asynclookup-seed=1",
+                "--asynclookup-examples=200"], cwd=empty)
+    assert bad.returncode == 1, bad.stdout[-2000:] + bad.stderr[-2000:]
+    assert "property 1" in bad.stdout and "  1. lookup(" in bad.stdout

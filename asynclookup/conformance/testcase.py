@@ -67,16 +67,13 @@ def conformance_test_case(
         impl_args=impl_args, drain_before_lookup=drain_before_lookup,
     )
     load_impl(target)  # fails now, in one line, if the class does not fit
-    config = FuzzConfig(
-        target=target, mode="threaded", faults=faults_text(faults),
-        strict_efficiency=strict_efficiency,
-    )
+    faults = faults_text(faults)
 
     def test_conforms_to_the_spec(self: unittest.TestCase) -> None:
         """The oracle finds no call sequence the spec excludes."""
-        run(
-            config, examples=examples, steps=steps, seed=seed,
-            shrink_budget=SHRINK_SECONDS if shrink else 0.0,
+        check_conformance(
+            target, faults=faults, examples=examples, steps=steps, seed=seed,
+            strict_efficiency=strict_efficiency, shrink=shrink,
         )  # raises the ConformanceError, an AssertionError: the test fails with it
 
     name = f"Conformance{target.attribute.rpartition('.')[2]}"  # the class, not its options
@@ -86,6 +83,30 @@ def conformance_test_case(
         "__qualname__": name,
     })
     return case
+
+
+def check_conformance(
+    target: FuzzTarget,
+    *,
+    faults: str = "all",
+    examples: int = 100,
+    steps: int = 30,
+    seed: int | None = None,
+    strict_efficiency: bool = False,
+    shrink: bool = True,
+    stats: Stats | None = None,
+) -> Stats:
+    """Fuzz the vLLM-shaped ``target`` as ``conformance_test_case``'s test does (and the
+    pytest plugin, ``asynclookup.conformance.pytest_plugin``); the run's stats, or raise
+    the (shrunk) ``ConformanceError``, an AssertionError.  ValueError (one line) if the
+    class does not fit or ``faults`` names no fault kind."""
+    load_impl(target)
+    config = FuzzConfig(
+        target=target, mode="threaded", faults=faults_text(faults),
+        strict_efficiency=strict_efficiency,
+    )
+    return run(config, examples=examples, steps=steps, seed=seed, stats=stats,
+               shrink_budget=SHRINK_SECONDS if shrink else 0.0)
 
 
 def impl_target(
