@@ -11,9 +11,12 @@ it and says which rule the implementation broke, in the protocol's words:
   survival (7);
 - a tier call no state owes: a key the request already shares a probe of is a
   redundant probe (8); a key with no live submitted probe is a cleaned-up entry
-  submitted (1); owed keys in the wrong grouping or context are right context (9);
+  submitted (1); a call that skips owed groups is a probe cleanup cancelled (8)
+  or a batch taken early (6) (``asynclookup.observe.skips``); owed keys in the
+  wrong grouping or context are right context (9);
 - a worker step the spec does not allow, a stall or a dead worker: progress (6),
-  exactly once (3) or survival (7);
+  exactly once (3) or survival (7); a stall, or a shutdown that returns, on calls
+  a cleanup cancelled: 8;
 - tables left in the IUT where the spec holds nothing: bookkeeping (4) when the
   request index still holds a request, otherwise no leak (5).
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Protocol
 
+from asynclookup.observe import skips
 from asynclookup.observe.observations import (
     DrainSeen,
     FlushSeen,
@@ -124,6 +128,9 @@ def classify(
     if isinstance(obs, Stalled):
         if not obs.worker_alive:
             return 7, f"the worker died: no {obs.waiting_for} came and its thread is gone"
+        cancelled = skips.name_stall(states, obs.waiting_for)
+        if cancelled is not None:
+            return cancelled
         return 6, f"no {obs.waiting_for} came within the bound although the spec owes one"
     if isinstance(obs, Hung):
         return 6, f"{obs.call} did not return within {obs.seconds:.1f} s"
@@ -158,6 +165,9 @@ def classify(
     if isinstance(obs, WorkerDied):
         return 7, f"the worker died before shutdown{': ' + obs.reason if obs.reason else ''}"
     if isinstance(obs, ShutdownSeen):
+        cancelled = skips.name_short_shutdown(states)
+        if cancelled is not None:
+            return cancelled
         return 6, "shutdown() returned although the batch in hand was not probed and posted" + (
             _STALE_HINT if checker.ever_dropped else ""
         )
@@ -169,7 +179,10 @@ def raised(checker: Checker, obs: Observation, error: str) -> tuple[int, str]:
     due to apply a result that would be its probe's second verdict if applied by
     key (the shipped bugs' assertions): exactly once (3).  That is a result whose
     probe a mark_miss named while unresolved, or a stale result (an older
-    generation) for a key whose current probe has a verdict."""
+    generation) for a key whose current probe has a verdict.  A probe mark_miss
+    named while unresolved in some state still counts when the spec explained its
+    verdict since by an early drain only (the IUT drains later, and its own result
+    then trips the IUT's enqueue-once assert)."""
     name = "shutdown()" if isinstance(obs, ShutdownSeen) else "the IUT"
     detail = f"{name} raised {error}" + (
         "" if isinstance(obs, ShutdownSeen) else " although the spec's action is enabled"
@@ -207,6 +220,19 @@ def raised(checker: Checker, obs: Observation, error: str) -> tuple[int, str]:
                         f"{key!r}, whose current probe is g{p.generation}: applied by key "
                         "(or matched by a reused generation), the probe gets two verdicts"
                     )
+        for key, generation in sorted(checker.missed):
+            if any(
+                (p := core.probe_of(state, key)) is not None and p.generation == generation
+                and p.phase is Phase.RESOLVED
+                for state in checker.states
+            ):
+                # the spec has the result applied, by an early drain the IUT need not
+                # have made: the IUT applies it now, after mark_miss forced a verdict
+                return 3, (
+                    f"{detail}; mark_miss named {key!r}'s probe g{generation} while it was "
+                    "unresolved (its verdict since is explained only by an early drain): "
+                    "the probe's own result, applied now, is its second verdict"
+                )
     return 7, detail
 
 
@@ -270,6 +296,9 @@ def _lookup(checker: Checker, obs: LookupSeen, states: list[State]) -> tuple[int
     if tier_answer is not None:
         return tier_answer
     if obs.verdict is None:
+        lost = skips.name_lost_verdict(states, obs.key, obs.request)
+        if lost is not None:
+            return lost
         note = " (its tier call was faulty)" if faulty else ""
         note += _STALE_HINT if checker.ever_dropped and not faulty else ""
         return 6, f"{said}: a verdict the worker computed was not delivered{note}"
@@ -312,6 +341,8 @@ def _tier_answer_rule(
         given = checker.faulty.get((obs.key, p.generation), NO_VALUE)
         if given is NO_VALUE or type(given) is bool:
             continue
+        if obs.verdict is None and given is not None:
+            continue  # no verdict yet is no verdict derived from the answer: not this rule
         if type(obs.verdict) is type(given) and obs.verdict == given:
             how = "passed the tier's non-bool value through as the verdict"
         elif type(obs.verdict) is not bool:
@@ -366,6 +397,10 @@ def _tier_call(checker: Checker, obs: TierCallSeen, states: list[State]) -> tupl
             f"{call}: {repeated[0]!r} appears twice in one call, so a stale batch entry "
             "was submitted beside the live one"
         )
+    if not any((key, obs.request) in checker.dropped for key in obs.keys):
+        skip = skips.name_skip(states, obs, call)
+        if skip is not None:
+            return skip
     for state in states:
         for key in obs.keys:
             mine = [e for e in _owed(state) if e.key == key]

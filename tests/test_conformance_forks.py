@@ -1,0 +1,151 @@
+"""One bug, one name (issue 21, item 4): the oracle on twins of public vLLM forks.
+
+``tests/forks`` holds a correct manager in the shape of vLLM 0.34's module and
+three one-bug copies, each a bug a fork shipped that the oracle once named by
+another property: the enqueue-once assert after ``mark_miss`` on an in-flight
+probe (was 7, is 3), a cleanup that cancels a probe another request shares, so
+the key is probed again (was 9, is 8), and a four-thread pool that takes the
+next batch early (was 9; clean unless what it broke shows, then 6).  Each is
+pinned twice: fuzzed on seeds 1-3, and as the one scripted run that once got
+the wrong name.  docs/benchmarks.md has nothing of these; the report of the
+change that added them gives five seeds by hand.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from asynclookup.conformance.driver import ConformanceError, Driver
+from asynclookup.conformance.targets.adapter import Plan
+from asynclookup.conformance.targets.vllm import impl_factory
+from asynclookup.conformance.testcase import first_violation
+from tests.forks import BUGGY, CORRECT
+from tests.forks.vllm_fork import Group, PoolTakesNextBatchEarly, Result
+
+SEEDS = (1, 2, 3)
+EXAMPLES = 300
+SHORT_WAIT = 0.5  # seconds a scripted run waits for a tier call that does not come
+
+
+def test_the_correct_base_passes_every_fault_strictly() -> None:
+    """The vLLM 0.34-shaped base with the proper answer rule conforms: no finding."""
+    error = first_violation(CORRECT[0], seed=1, examples=60, faults="all")
+    assert error is None, str(error)
+
+
+@pytest.mark.parametrize("impl", sorted(BUGGY), ids=lambda p: p.rpartition(":")[2])
+def test_each_fork_is_named_by_its_own_property_on_every_seed(impl: str) -> None:
+    """On seeds 1-3 every finding on a fork names its own property; the enqueue-once and
+    cancel forks are found (the pool's early take rarely shows: clean is allowed)."""
+    named = {}
+    for seed in SEEDS:
+        error = first_violation(impl, seed=seed, examples=EXAMPLES, faults="all")
+        if error is not None:
+            named[seed] = error.violation.number
+            assert error.violation.number == BUGGY[impl], f"seed {seed}: {error}"
+    if not impl.endswith("PoolTakesNextBatchEarly"):
+        assert named, f"{impl} survived {EXAMPLES} examples on seeds {SEEDS}"
+
+
+def _scripted(impl: str, **options: Any) -> Driver:
+    return Driver(impl_factory(f"tests.forks.vllm_fork:{impl}"), mode="threaded", **options)
+
+
+def test_enqueue_once_assert_after_an_early_drain_is_exactly_once() -> None:
+    """mark_miss forces False on an in-flight probe whose False result was posted; the
+    lookup's False is explained by an early drain, and the flush that then applies the
+    result trips the enqueue-once assert: property 3, not 7."""
+    driver = _scripted("MarkMissBeforeEnqueueOnce")
+    try:
+        driver.lookup(b"k0", "A")
+        driver.flush()
+        driver.lookup(b"k1", "A")  # the drain due after the flush: nothing posted yet
+        driver.answer(Plan(bits=(False,)))
+        driver.settle()
+        driver.mark_miss([b"k0"])
+        driver.lookup(b"k0", "A")  # False: the spec's early drain explains it
+        with pytest.raises(ConformanceError) as caught:
+            driver.flush()
+    finally:
+        driver.close()
+    assert caught.value.violation.number == 3, str(caught.value)
+    assert "enqueue-once" in caught.value.violation.detail
+
+
+def _cancel_shared_probe(driver: Driver) -> None:
+    """A's k1 probe, shared by B, still queued behind A's k0 call; cleanup('A') cancels it."""
+    driver.lookup(b"k0", "A")
+    driver.flush()  # the worker calls the tier for k0 and blocks there
+    driver.lookup(b"k1", "A")
+    driver.lookup(b"k1", "B")
+    driver.flush()
+    driver.cleanup("A")  # the bug: k1's probe, B's too, is cancelled and deleted
+
+
+def test_a_second_probe_after_a_cancelled_shared_probe_is_redundant() -> None:
+    """B probes k1 again after cleanup('A') cancelled the probe B shared: property 8 (the
+    probe cleanup must keep), not 9 (the context the old entry was batched with)."""
+    driver = _scripted("CleanupCancelsSharedProbe", strict_efficiency=True)
+    try:
+        _cancel_shared_probe(driver)
+        driver.lookup(b"k1", "B")  # the fork made a new probe
+        driver.flush()
+        driver.answer()  # k0 for A
+        with pytest.raises(ConformanceError) as caught:
+            driver.answer()  # k1 for B: the cancelled call for A never comes
+    finally:
+        driver.close()
+    assert caught.value.violation.number == 8, str(caught.value)
+    assert "cleaned up" in caught.value.violation.detail
+
+
+def test_a_cancelled_call_that_never_comes_is_the_same_finding() -> None:
+    """Without B asking again, the cancelled call just never comes: still property 8."""
+    driver = _scripted("CleanupCancelsSharedProbe", strict_efficiency=True, wait_bound=SHORT_WAIT)
+    try:
+        _cancel_shared_probe(driver)
+        driver.answer()  # k0 for A
+        with pytest.raises(ConformanceError) as caught:
+            driver.answer()  # k1 for A is owed; none comes
+    finally:
+        driver.close()
+    assert caught.value.violation.number == 8, str(caught.value)
+    assert "no tier call came" in caught.value.violation.detail
+
+
+class GatedPool(PoolTakesNextBatchEarly):
+    """The early-taking pool whose thread for request B's group waits for ``gate`` before
+    its tier call: the test, not the threads' luck, makes a later batch's call first."""
+
+    def __init__(self, tier_type: str) -> None:
+        self.gate = threading.Event()
+        super().__init__(tier_type)
+
+    def _probe(self, group: Group) -> list[Result]:
+        if group[0].req_id == "B":
+            self.gate.wait(10)
+        return super()._probe(group)
+
+
+def test_a_call_of_the_next_batch_before_the_last_is_done_is_progress() -> None:
+    """C's group (batch 2) reaches the tier while B's (batch 1) is still owed: the pool
+    took the next batch early, so batch 1's verdicts come late: property 6, not 9."""
+    driver = Driver(impl_factory(f"{__name__}:GatedPool"), mode="threaded")
+    manager = driver.target.manager  # type: ignore[attr-defined]
+    try:
+        driver.lookup(b"k0", "A")
+        driver.lookup(b"k1", "B")
+        driver.flush()
+        driver.lookup(b"k2", "C")
+        driver.flush()  # the pool takes this batch at once
+        driver.answer()  # A's group
+        with pytest.raises(ConformanceError) as caught:
+            driver.answer()  # C's group, while B's is held at the gate
+    finally:
+        manager.gate.set()
+        driver.close()
+    assert caught.value.violation.number == 6, str(caught.value)
+    assert "a group of a later batch" in caught.value.violation.detail
