@@ -138,7 +138,7 @@ def test_hypofuzz_finds_the_seed_bug_and_a_plain_run_replays_it(
     hypofuzz = _hypofuzz_or_skip()
     url = fresh_redis_server.url
     client = redis.Redis.from_url(url)
-    pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call, unused-ignore]
     pubsub.subscribe(CHANNEL)
     log = (tmp_path / "hypofuzz.log").open("w")
     fuzzer = subprocess.Popen(

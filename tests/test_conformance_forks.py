@@ -26,6 +26,7 @@ from tests.forks import BUGGY, CORRECT
 from tests.forks.vllm_fork import Group, PoolTakesNextBatchEarly, Result
 
 SEEDS = (1, 2, 3)
+MORE_SEEDS = (4, 5, 6, 7)  # tried only while a fork that must be found is not
 EXAMPLES = 300
 SHORT_WAIT = 0.5  # seconds a scripted run waits for a tier call that does not come
 
@@ -39,15 +40,23 @@ def test_the_correct_base_passes_every_fault_strictly() -> None:
 @pytest.mark.parametrize("impl", sorted(BUGGY), ids=lambda p: p.rpartition(":")[2])
 def test_each_fork_is_named_by_its_own_property_on_every_seed(impl: str) -> None:
     """On seeds 1-3 every finding on a fork names its own property; the enqueue-once and
-    cancel forks are found (the pool's early take rarely shows: clean is allowed)."""
-    named = {}
-    for seed in SEEDS:
+    cancel forks are found (the pool's early take rarely shows: clean is allowed).
+
+    Whether 300 examples reach the cancel fork's bug depends on the worker's timing (a
+    loaded CI machine once missed it on seeds 1-3 that find it here), so a fork not yet
+    found is tried on more seeds, up to ``MORE_SEEDS``; every finding must name its own
+    property on every seed tried."""
+    named: dict[int, int | None] = {}
+    for seed in (*SEEDS, *MORE_SEEDS):
+        if seed not in SEEDS and (named or impl.endswith("PoolTakesNextBatchEarly")):
+            break
         error = first_violation(impl, seed=seed, examples=EXAMPLES, faults="all")
         if error is not None:
             named[seed] = error.violation.number
             assert error.violation.number == BUGGY[impl], f"seed {seed}: {error}"
     if not impl.endswith("PoolTakesNextBatchEarly"):
-        assert named, f"{impl} survived {EXAMPLES} examples on seeds {SEEDS}"
+        tried = (*SEEDS, *MORE_SEEDS)
+        assert named, f"{impl} survived {EXAMPLES} examples on seeds {tried}"
 
 
 def _scripted(impl: str, **options: Any) -> Driver:

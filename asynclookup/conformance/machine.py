@@ -352,8 +352,10 @@ def machine_class(
                         )
 
         def teardown(self) -> None:
-            self.driver.await_empty()
-            self.driver.close()
+            try:
+                self.driver.await_empty()  # may find a leak: the driver is closed all the same
+            finally:
+                self.driver.close()
             self._collect()
 
         def _collect(self) -> None:
