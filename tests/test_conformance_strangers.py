@@ -49,6 +49,14 @@ def test_naming_the_results_table_changes_no_verdict() -> None:
     assert error is None, str(error)
 
 
+def test_naming_the_asyncio_class_tables_changes_no_verdict() -> None:
+    """The asyncio class with its tables named (its results are a list the oracle cannot
+    count, so a settle still watches for idleness): still clean."""
+    named = impl_spec(CORRECT[1], tables="probes=rows,index=index,batch=batch")
+    error = first_violation(named, seed=3, examples=EXAMPLES, faults="all")
+    assert error is None, str(error)
+
+
 def test_a_results_table_the_oracle_cannot_count_is_refused() -> None:
     """--tables results=ATTR naming a list (the asyncio class's) is refused in one line:
     the oracle only counts puts on a results queue, and a list has none."""

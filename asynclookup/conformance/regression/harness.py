@@ -26,7 +26,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # Self is Python 3.11's; annotations are never evaluated here
+    from typing import Self
 
 # -- BEGIN ORACLE CODE: the writer puts its source here (standard library only)
 from asynclookup.conformance.targets.adapter import (
@@ -223,7 +226,7 @@ class Run:
                 self.posted = CountingQueue(inner)
                 setattr(holder, name, self.posted)
 
-    def __enter__(self) -> Run:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -472,7 +475,7 @@ class Caller:
         def job() -> None:
             try:
                 out[0] = fn()
-            except BaseException as exc:  # reported on the test's thread
+            except BaseException as exc:  # noqa: BLE001 (raised on the test's thread)
                 out[1] = exc
             finished.set()
 
