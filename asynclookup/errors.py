@@ -11,7 +11,7 @@ under the root.
 """
 
 from asynclookup._cli import UsageError
-from asynclookup.conformance.driver import ConformanceError
+from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.regression._paths import RegressionError
 from asynclookup.conformance.targets.adapter import TierFault
 from asynclookup.conformance.targets.vllm import IUTRaised, ManagerClosedError

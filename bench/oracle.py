@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from asynclookup.conformance.driver import ConformanceError
+from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.machine import FuzzConfig, Stats, run
 from asynclookup.conformance.targets.target import FuzzTarget
 from tests.mutants_reference import VARIANTS

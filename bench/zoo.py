@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from asynclookup.conformance.driver import ConformanceError
+from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.machine import Stats
 from asynclookup.conformance.replay import shrink
 from asynclookup.conformance.testcase import first_violation

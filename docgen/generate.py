@@ -192,7 +192,7 @@ ORACLE_CALLS: tuple[tuple[str, tuple[object, ...]], ...] = (
 
 def _oracle_block() -> str:
     """What ``asynclookup fuzz`` prints for the seed bug, from a deterministic replay."""
-    from asynclookup.conformance.driver import format_counterexample
+    from asynclookup.conformance.counterexample import format_counterexample
     from asynclookup.conformance.replay import replay
 
     error = replay({"target": ORACLE_TARGET, "mode": "stepped"}, ORACLE_CALLS)

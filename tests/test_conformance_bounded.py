@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from asynclookup.conformance.driver import ConformanceError
+from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.replay import open_replay
 from asynclookup.conformance.targets.bounded import CALL_BOUND
 from tests.zoo.vllm_shaped import VllmShapedManager

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from asynclookup.conformance.driver import NOT_REPRODUCIBLE, ConformanceError
+from asynclookup.conformance.counterexample import NOT_REPRODUCIBLE, ConformanceError
 from asynclookup.conformance.machine import FuzzConfig, Stats, run
 from asynclookup.conformance.targets.target import FuzzTarget
 from asynclookup.reference import AsyncLookupManager

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from asynclookup.conformance.driver import ConformanceError, Driver
+from asynclookup.conformance.counterexample import ConformanceError
+from asynclookup.conformance.driver import Driver
 from asynclookup.conformance.targets.adapter import Plan
 from asynclookup.conformance.targets.vllm import impl_factory
 from asynclookup.conformance.testcase import first_violation

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from asynclookup.conformance.driver import ConformanceError
+from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.replay import open_replay
 from asynclookup.conformance.targets.adapter import Plan
 from asynclookup.conformance.targets.vllm import tables_used

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from asynclookup.conformance.driver import ConformanceError
+from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.machine import FuzzConfig, run
 from asynclookup.conformance.targets.target import FuzzTarget
 from tests.mutants_reference import VARIANTS

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from asynclookup.cli import main
-from asynclookup.conformance.driver import ConformanceError
+from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.targets.tables import Table
 from asynclookup.conformance.targets.vllm import impl_spec, tables_used
 from asynclookup.conformance.testcase import first_violation

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, settings
 
-from asynclookup.conformance.driver import ConformanceError, Driver
+from asynclookup.conformance.counterexample import ConformanceError
+from asynclookup.conformance.driver import Driver
 from asynclookup.conformance.machine import FuzzConfig, machine_class, run
 from asynclookup.conformance.targets.adapter import Plan
 from asynclookup.conformance.targets.target import FuzzTarget

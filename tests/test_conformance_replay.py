@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from asynclookup.conformance.driver import ConformanceError, Driver
+from asynclookup.conformance.counterexample import ConformanceError
+from asynclookup.conformance.driver import Driver
 from asynclookup.conformance.replay import replay, replay_file, shrink
 from asynclookup.conformance.targets.adapter import Plan
 from asynclookup.conformance.targets.vllm import impl_factory

@@ -22,7 +22,8 @@ import pytest
 from hypothesis.errors import FlakyStrategyDefinition
 
 from asynclookup.cli import main
-from asynclookup.conformance.driver import ConformanceError, Driver
+from asynclookup.conformance.counterexample import ConformanceError
+from asynclookup.conformance.driver import Driver
 from asynclookup.conformance.replay import replay
 from asynclookup.conformance.targets.adapter import Plan
 from asynclookup.conformance.targets.threads import hook_users

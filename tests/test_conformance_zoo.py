@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from asynclookup.cli import main
-from asynclookup.conformance.driver import ConformanceError, Driver
+from asynclookup.conformance.counterexample import ConformanceError
+from asynclookup.conformance.driver import Driver
 from asynclookup.conformance.replay import open_replay, shrink
 from asynclookup.conformance.targets.vllm import impl_factory
 from asynclookup.conformance.testcase import conformance_test_case, first_violation

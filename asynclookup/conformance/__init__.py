@@ -2,9 +2,11 @@
 
 - ``targets/``: how an implementation is driven (the adapter protocol, the
   oracle's tier and fault plans, the reference's and vLLM-shaped classes'
-  adapters, loading a target by name);
+  adapters, loading a target by name, the real tier behind the oracle's);
 - ``driver``, ``machine``, ``replay``: one call at a time, Hypothesis's
   stateful search, replaying and shrinking counterexamples;
+- ``counterexample``: the numbered calls of a finding, ``ConformanceError``
+  and how they read;
 - ``regression/``: a counterexample written as a standalone pytest module;
 - ``campaign``: many workers, one example database;
 - ``testcase``: a ``unittest.TestCase`` for a user's CI; ``cli``: ``asynclookup fuzz``.

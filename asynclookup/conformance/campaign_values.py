@@ -19,7 +19,7 @@ from typing import Any
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
-from asynclookup.conformance.driver import ConformanceError
+from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.machine import FuzzConfig, Stats
 
 __all__ = ["Campaign", "Outcome", "Progress", "WorkerReport", "open_database", "render"]

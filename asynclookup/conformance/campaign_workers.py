@@ -40,7 +40,7 @@ from asynclookup.conformance.campaign_values import (
     WorkerReport,
     open_database,
 )
-from asynclookup.conformance.driver import ConformanceError
+from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.machine import FuzzConfig, Stats, conformance_error_in, run
 from asynclookup.conformance.replay import shrink
 from asynclookup.observe.interface import OracleLimitError

@@ -37,7 +37,7 @@ from asynclookup._cli import (
     parse_workers,
     positive_int,
 )
-from asynclookup.conformance.driver import (
+from asynclookup.conformance.counterexample import (
     NOT_REPRODUCIBLE,
     Call,
     ConformanceError,

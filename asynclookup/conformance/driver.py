@@ -6,7 +6,8 @@
 one call in the protocol's vocabulary (``lookup``, ``flush``, ..., the worker
 steps in stepped mode, ``answer`` / ``settle`` in threaded mode), turns what
 happened into observations, feeds them to the checker and raises
-``ConformanceError`` at the first violation.  (``catch_up`` is the one
+``ConformanceError`` (``asynclookup.conformance.counterexample``) at the first
+violation.  (``catch_up`` is the one
 composite: the answers and the settle it makes are numbered one by one.)
 When the target offers a snapshot of its tables, the driver also checks
 property 5 after every call at which the spec holds nothing.  It keeps the
@@ -21,16 +22,20 @@ users; it chooses nothing itself.
 from __future__ import annotations
 
 import copy
-import os
-import shutil
-import tempfile
 import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from asynclookup.conformance.counterexample import (
+    HUNG,
+    Call,
+    ConformanceError,
+    _raised,
+    _shown,
+    _stack_notes,
+)
 from asynclookup.conformance.targets.adapter import (
     OracleTier,
     Plan,
@@ -45,6 +50,7 @@ from asynclookup.conformance.targets.bounded import (
     CallHung,
     SchedulerThread,
 )
+from asynclookup.conformance.targets.inner_tier import dispose_inner_tier, make_inner_tier
 from asynclookup.conformance.targets.load import load_target
 from asynclookup.conformance.targets.tables import requests_named
 from asynclookup.conformance.targets.target import REFERENCE, FuzzTarget
@@ -69,8 +75,6 @@ from asynclookup.observe.engine import (
     WorkerDied,
 )
 from asynclookup.observe.interface import Violation
-from asynclookup.spec import core
-from asynclookup.spec.errors import AsyncLookupError
 
 T = TypeVar("T")
 PROPER = Plan()  # a proper answer, all False
@@ -84,122 +88,7 @@ REASK_PAUSES = (0.0005, 0.05)
 # How long a settle lets the target's hint (``wait_posted``) hold the oracle: a worker
 # posts within microseconds of its answer; one that does not is judged by the re-asks.
 HINT_BOUND = 0.05
-HUNG = "<did not return>"  # the error of a call that did not return within the bound
 ASKED_AGAIN = "asked-again"  # the request that asks again about a leftover's key
-
-
-@dataclass
-class Call:
-    """One numbered call of a run: how it reads, the Driver method that replays it,
-    and what the tier was asked meanwhile."""
-
-    text: str
-    method: str
-    args: tuple[Any, ...]
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def source(self) -> str:
-        """The Python call that replays it on a ``Driver``."""
-        shown = [repr(a) for a in self.args]
-        if self.method == "probe_group" and len(shown) == 2:
-            shown[1] = f"post={shown[1]}"
-        return f"{self.method}({', '.join(shown)})"
-
-
-@dataclass
-class ShrinkReport:
-    """What the shrinker did, for the report: a long counterexample says why it is long."""
-
-    calls_before: int
-    calls_after: int = 0
-    tried: int = 0  # candidate replays run
-    reproduced: int = 0  # candidates that broke the same property (and were no larger)
-    stopped: str = ""  # why it stopped
-    note: str = ""  # e.g. that the run it started from was not reproducible
-
-    def line(self) -> str:
-        """One line for the text report."""
-        return (
-            f"shrunk from {self.calls_before} to {self.calls_after} calls: "
-            f"{self.tried} candidates tried, {self.reproduced} reproduced; {self.stopped}"
-            + (f"; {self.note}" if self.note else "")
-        )
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "calls_before": self.calls_before, "calls_after": self.calls_after,
-            "tried": self.tried, "reproduced": self.reproduced, "stopped": self.stopped,
-            "note": self.note or None,
-        }
-
-
-class ConformanceError(AsyncLookupError, AssertionError):
-    """The IUT did something no spec state explains (or, strict, broke property 8)."""
-
-    def __init__(self, violation: Violation, calls: Sequence[Call], config: dict[str, Any]):
-        self.violation = violation
-        self.calls = list(calls)
-        self.config = config
-        self.shrink_report: ShrinkReport | None = None  # set by conformance.replay.shrink
-        self.reproducible = True  # False: Hypothesis's own replay of the run went otherwise
-        super().__init__(format_counterexample(violation, calls))
-
-    def not_reproducible(self, why: str) -> None:
-        """Say in the report that Hypothesis's replay of this run did not repeat it."""
-        self.reproducible = False
-        self.args = (f"{self.args[0]}\n  {NOT_REPRODUCIBLE} ({why})",)
-
-
-NOT_REPRODUCIBLE = (
-    "this run was not reproducible: Hypothesis's replay of it went otherwise (the worker's "
-    "timing), so this is the first failure the run saw"
-)
-
-
-def format_counterexample(violation: Violation, calls: Sequence[Call]) -> str:
-    """The violated property, the numbered calls and the last possible spec states."""
-    lines = [f"{violation.title}: {violation.detail}"]
-    for number, call in enumerate(calls, 1):
-        lines.append(f"  {number}. {call.text}")
-        lines.extend(f"       {note}" for note in call.notes)
-    lines.append("  last spec states still possible:")
-    lines.extend(f"    {core.describe(s)}" for s in violation.states[:2])
-    if not violation.states:
-        lines.append("    (none recorded)")
-    return "\n".join(lines)
-
-
-def make_inner_tier(tier: str, url: str | None = None) -> Any:
-    """A real tier for ``--tier fs|redis`` (None for ``memory``: the oracle's bits)."""
-    if tier == "memory":
-        return None
-    if tier == "fs":
-        from asynclookup.reference.fs_tier import FilesystemTier
-
-        root = tempfile.mkdtemp(prefix="asynclookup-fuzz-")
-        return FilesystemTier(root, sync=False)
-    if tier == "redis":
-        from asynclookup.reference.redis_tier import DEFAULT_URL, RedisTier
-
-        prefix = f"asynclookup:fuzz:{os.getpid()}:".encode()
-        return RedisTier(url or DEFAULT_URL, prefix=prefix)
-    raise ValueError(f"unknown tier {tier!r}")
-
-
-def dispose_inner_tier(inner: Any, keys: Sequence[bytes] = ()) -> None:
-    """Remove what a real tier left behind: the fs root, or ``keys`` from redis."""
-    if inner is None:
-        return
-    root = getattr(inner, "root", None)
-    if root is not None:
-        shutil.rmtree(root, ignore_errors=True)
-        return
-    for key in keys:
-        inner.delete(key)
-    close = getattr(inner, "close", None)
-    if close is not None:
-        close()
 
 
 class Driver:
@@ -744,24 +633,3 @@ def _listed(table: object) -> str:
         return repr(list(table))  # type: ignore[call-overload]
     except (TypeError, RuntimeError):  # not iterable, or changed while read
         return repr(table)
-
-
-def _shown(value: object, error: str | None) -> str:
-    if error is None:
-        return repr(value)
-    if error == HUNG:
-        return "did not return"
-    return "raised the closed-manager error" if error == CLOSED else f"raised {error}"
-
-
-def _stack_notes(hung: CallHung) -> list[str]:
-    """The report's lines for a call that did not return: how long, and every stack."""
-    notes = [f"{hung.call} did not return within {hung.seconds:.1f} s; where each thread was:"]
-    for name, stack in hung.stacks:
-        notes.append(f"  thread {name!r}:")
-        notes.extend(f"    {line}" for line in stack.splitlines())
-    return notes
-
-
-def _raised(error: str | None) -> str:
-    return "" if error is None else f" -> {_shown(None, error)}"

@@ -44,15 +44,11 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from asynclookup.conformance.driver import (
-    Call,
-    ConformanceError,
-    Driver,
-    dispose_inner_tier,
-    make_inner_tier,
-)
+from asynclookup.conformance.counterexample import Call, ConformanceError
+from asynclookup.conformance.driver import Driver
 from asynclookup.conformance.replay import shrink
 from asynclookup.conformance.targets.adapter import GENERATED_ONLY_IF_HAD, Plan, plan_kinds
+from asynclookup.conformance.targets.inner_tier import dispose_inner_tier, make_inner_tier
 from asynclookup.conformance.targets.load import load_target
 from asynclookup.conformance.targets.target import REFERENCE, FuzzTarget
 from asynclookup.observe.interface import Violation

@@ -129,7 +129,7 @@ class ConformanceItem(pytest.Item):
         self, excinfo: pytest.ExceptionInfo[BaseException]
     ) -> str:
         """The counterexample as the CLI prints it, without pytest's traceback."""
-        from asynclookup.conformance.driver import ConformanceError
+        from asynclookup.conformance.counterexample import ConformanceError
 
         if isinstance(excinfo.value, ConformanceError):
             return f"{self.target}: VIOLATION\n{excinfo.value}"

@@ -1,7 +1,7 @@
 """Replaying, shrinking and writing out counterexamples, without Hypothesis.
 
-A counterexample is the list of ``asynclookup.conformance.driver.Call``s that led to a
-``ConformanceError``; each names the ``Driver`` method that replays it.  In
+A counterexample is the list of ``asynclookup.conformance.counterexample.Call``s
+that led to a ``ConformanceError``; each names the ``Driver`` method that replays it.  In
 stepped mode a replay is deterministic (the test thread plays the worker and
 the oracle's tier answers as recorded), so:
 
@@ -23,14 +23,13 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from asynclookup.conformance.driver import (
+from asynclookup.conformance.counterexample import (
     NOT_REPRODUCIBLE,
-    WAIT_BOUND,
     Call,
     ConformanceError,
-    Driver,
     ShrinkReport,
 )
+from asynclookup.conformance.driver import WAIT_BOUND, Driver
 from asynclookup.conformance.targets.adapter import Plan
 from asynclookup.conformance.targets.bounded import CALL_BOUND, CONSTRUCT_BOUND
 from asynclookup.conformance.targets.target import FuzzTarget

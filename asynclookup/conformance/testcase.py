@@ -25,7 +25,7 @@ import unittest
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from asynclookup.conformance.driver import ConformanceError
+from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.machine import FuzzConfig, Stats, run
 from asynclookup.conformance.targets.adapter import faults_text
 from asynclookup.conformance.targets.target import FuzzTarget

@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from asynclookup.conformance.driver import ConformanceError
+from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.regression import harness
 from asynclookup.conformance.regression._paths import RegressionError, explore
 from asynclookup.conformance.regression._text import HELPER, WIDTH, Head, doc_safe, module_text
