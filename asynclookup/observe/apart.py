@@ -132,9 +132,22 @@ class Apart(StateSet):
             for key in keys:
                 if key in overlay:
                     return False
+        if not self._cleanup_in_place(request):
+            return False
+        self._floor = max(h[1] for h in hyps)
+        self._drain_closed = None  # the early drain of a result for a deleted probe changed
+        if len(hyps) > 1 and len(hyps[0][0]) > self._promote_at:
+            self._promote()
+        return True
+
+    def _cleanup_in_place(self, request: str) -> bool:
+        """The spec's cleanup on ``base`` itself (``_cleanup_apart``, and the fast engine's
+        one possible state): True, done; False, nothing done, when a key of the request
+        is not in ``base`` or the cleanup leaves an orphaned IN_FLIGHT probe (then the
+        wasteful variant is possible too)."""
         base = self.base
         done: list[tuple[bytes, P | None]] = []
-        for key in keys:
+        for key in self.index.get(request, ()):
             p = base.get(key)
             if p is None:
                 return False
@@ -151,10 +164,6 @@ class Apart(StateSet):
             else:
                 base[key] = q
         self.index.pop(request, None)
-        self._floor = max(h[1] for h in hyps)
-        self._drain_closed = None  # the early drain of a result for a deleted probe changed
-        if len(hyps) > 1 and len(hyps[0][0]) > self._promote_at:
-            self._promote()
         return True
 
     def _starts(self) -> list[tuple[H, bool]]:

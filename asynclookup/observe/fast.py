@@ -414,28 +414,6 @@ class FastChecker(Apart):
             else:
                 base[key] = (p[0], RESOLVED, verdict, p[3])
 
-    def _cleanup_in_place(self, request: str) -> bool:
-        """The spec's cleanup on ``base`` itself, unless it leaves an orphaned IN_FLIGHT probe
-        (then the wasteful variant is possible too: False, nothing done)."""
-        base = self.base
-        done: list[tuple[bytes, P | None]] = []
-        for key in self.index.get(request, ()):
-            p = base[key]
-            requesters = p[3] - {request}
-            if requesters:
-                done.append((key, (p[0], p[1], p[2], requesters)))
-            elif p[1] == IN_FLIGHT:
-                return False
-            else:
-                done.append((key, None))
-        for key, q in done:
-            if q is None:
-                del base[key]
-            else:
-                base[key] = q
-        self.index.pop(request, None)
-        return True
-
     # -- the spec's actions on one possible state ---------------------------------------
 
     def _lookup(self, h: H, key: bytes, request: str) -> tuple[H, bool | None]:

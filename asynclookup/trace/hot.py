@@ -30,6 +30,7 @@ from typing import Any
 
 from asynclookup.trace.format import _decode
 from asynclookup.trace.reader import (
+    _LISTS,
     KEYS,
     Blocks,
     _out_of_order,
@@ -110,11 +111,7 @@ def feed_blocks(
                 return None
             if line in stops and checker.last_restart == line:
                 return line
-        if progress is not None and (events + len(lines)) // PROGRESS_EVERY > (
-            events // PROGRESS_EVERY
-        ):
-            progress(events + len(lines))
-        events += len(lines)
+        events = _progressed(progress, events, len(lines))
     return None
 
 
@@ -170,12 +167,17 @@ def _feed_typed(
                 return None
             if line in stops and checker.last_restart == line:
                 return line
-        if progress is not None and (events + len(lines)) // PROGRESS_EVERY > (
-            events // PROGRESS_EVERY
-        ):
-            progress(events + len(lines))
-        events += len(lines)
+        events = _progressed(progress, events, len(lines))
     return None
+
+
+def _progressed(progress: Callable[[int], None] | None, events: int, more: int) -> int:
+    """``events + more`` (the events fed so far, after a block of ``more``), telling
+    ``progress`` when the sum passes a multiple of ``PROGRESS_EVERY`` (once a block)."""
+    total = events + more
+    if progress is not None and total // PROGRESS_EVERY > events // PROGRESS_EVERY:
+        progress(total)
+    return total
 
 
 # -- the inline handlers: each takes (checker, object, line, seq, thread), with seq and
@@ -252,10 +254,6 @@ def _result(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: st
         return SLOW
     count(checker, kind)
     return None
-
-
-_LISTS = {"flush": (("submitted", True), ("dropped", True)), "drain": (),
-          "take_batch": (("entries", True),), "post": (("results", False),)}
 
 
 def _no_error(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
