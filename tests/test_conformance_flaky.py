@@ -1,4 +1,4 @@
-"""A run that Hypothesis cannot reproduce still ends in a verdict, never in a Flaky* error.
+"""A run that Hypothesis cannot reproduce still ends in a judgement, never in a Flaky* error.
 
 Threaded runs depend on the worker's timing, so Hypothesis's replay of a failing
 example may fail otherwise or not at all (``FlakyFailure``,

@@ -152,7 +152,7 @@ def test_two_keys_one_request_goals(two_keys_one_request: CheckResult) -> None:
 
 
 def test_max_states_stops_before_fixpoint() -> None:
-    """A state limit stops the search: no fixpoint, no violation, no progress verdict."""
+    """A state limit stops the search: no fixpoint, no violation, no progress judgement."""
     r = check(Bounds(keys=2, requests=1), max_states=2000)
     assert not r.fixpoint and r.violation is None and not r.holds
     assert 2000 <= r.states < 6000

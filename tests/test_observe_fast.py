@@ -1,6 +1,6 @@
-"""The fast trace engine against the old one: the same states up to generations, same verdicts.
+"""The fast trace engine against the old one: the same states up to generations, same judgements.
 
-On every event: the same states (up to generation numbers), notes and verdicts.
+On every event: the same states (up to generation numbers), notes and judgements.
 
 The old engine keeps states that differ only in their generation numbers (which no
 trace event names); the fast one keeps the first of them.  So the comparison is of
@@ -141,8 +141,8 @@ def _classes(states: dict[State, bool]) -> dict[tuple[object, ...], bool]:
 
 
 @pytest.mark.parametrize("hidden", [True, False])
-def test_random_traces_get_the_same_states_and_verdicts(hidden: bool) -> None:
-    """On random observation sequences both engines keep equal state sets, notes, verdicts."""
+def test_random_traces_get_the_same_states_and_judgements(hidden: bool) -> None:
+    """On random observation sequences both engines keep equal state sets, notes, judgements."""
     assert _random_comparison(hidden) > 10  # the random traces also reach violations
 
 
@@ -200,11 +200,11 @@ def _random_comparison(hidden: bool) -> int:
     return violations
 
 
-def test_long_hidden_traces_get_the_same_classes_and_verdicts() -> None:
+def test_long_hidden_traces_get_the_same_classes_and_judgements() -> None:
     """Long conforming runs of the spec with hidden worker steps (one planted wrong verdict),
     where the old engine's states come to differ only in generations: both engines keep
     the same untagged classes, the fast one never more of them, and they give the same
-    verdicts and warnings (about 3 s)."""
+    judgements and warnings (about 3 s)."""
     violations = merged = 0
     for seed in range(40):
         rng = random.Random(seed)
@@ -227,7 +227,7 @@ def test_long_hidden_traces_get_the_same_classes_and_verdicts() -> None:
             untagged = fast.tags.count(False), list(old.tagged_states().values()).count(False)
             assert untagged[0] <= untagged[1]
             merged += untagged[0] < untagged[1]
-    assert violations > 5 and merged > 50  # both verdicts and merged states are exercised
+    assert violations > 5 and merged > 50  # both judgements and merged states are exercised
 
 
 def test_the_comparison_sees_a_planted_difference() -> None:

@@ -1,4 +1,4 @@
-"""check-trace in chunks (--jobs, --chunk, --merge) gives the one-pass verdict; its stderr lines.
+"""check-trace in chunks (--jobs, --chunk, --merge) gives the one-pass judgement; its stderr lines.
 
 Also the end line (events/s, peak memory), the progress line and bad-input messages.
 """
@@ -82,7 +82,7 @@ def steps(n: int, busy_every: int = 0) -> list[dict[str, object]]:
     return out
 
 
-def verdict(outcome: Outcome) -> tuple[object, ...]:
+def judgement(outcome: Outcome) -> tuple[object, ...]:
     """What must not depend on the chunks: result, violation, counts, warnings, anchors."""
     found = outcome.found
     return (
@@ -107,14 +107,14 @@ def report(path: Path, **kwargs: object) -> tuple[int, dict[str, object]]:
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_jobs_2_gives_the_one_pass_verdict_on_a_shipped_bug(name: str, tmp_path: Path) -> None:
+def test_jobs_2_gives_the_one_pass_judgement_on_a_shipped_bug(name: str, tmp_path: Path) -> None:
     """A shipped bug after conforming steps with recorded quiescent points (some not
     quiescent): --jobs 2 finds the same violation (line, property, detail), counts and
     anchors as one pass, and the trace was really cut (about 0.2 s each)."""
     path = write(tmp_path / "t.jsonl", steps(30, busy_every=9), events_of(name), steps(5))
     assert len(plan(path, 2)) == 1
     one, (two, chunks) = one_pass(path), parallel(path, 2)
-    assert verdict(one) == verdict(two) and chunks == 2
+    assert judgement(one) == judgement(two) and chunks == 2
     assert one.result == "violation" and one.found is not None
     assert one.found.event.line > plan(path, 2)[0].line  # found in the second chunk
 
@@ -125,7 +125,7 @@ def test_a_bug_in_the_first_chunk_wins_over_one_in_the_second(tmp_path: Path) ->
     path = write(tmp_path / "t.jsonl", steps(5), first, steps(60), second)
     assert len(plan(path, 2)) == 1
     one, (two, _) = one_pass(path), parallel(path, 2)
-    assert verdict(one) == verdict(two)
+    assert judgement(one) == judgement(two)
     assert one.found is not None and one.found.event.line < 100
 
 
@@ -139,7 +139,7 @@ def test_a_marker_that_is_not_quiescent_is_checked_through(tmp_path: Path) -> No
     cuts = [c for c in candidates(path) if c.line == busy_line]
     assert cuts and run_chunk_alone(path, cuts[0].line) == 1
     for jobs in (2, 3, 8):
-        assert verdict(parallel(path, jobs)[0]) == verdict(one_pass(path))
+        assert judgement(parallel(path, jobs)[0]) == judgement(one_pass(path))
     assert one_pass(path).result == "conforming"
 
 
@@ -249,7 +249,7 @@ def drain(fd: int) -> str:
 
 def test_both_engines_restart_at_the_same_quiescent_points(tmp_path: Path) -> None:
     """The old engine and the fast one find the same quiescent points (so the same cuts
-    hold) and the same verdict, on steps with recorded idle points, some not quiescent."""
+    hold) and the same judgement, on steps with recorded idle points, some not quiescent."""
     path = write(tmp_path / "t.jsonl", steps(12, busy_every=4), events_of(SHIPPED[3]))
     outcomes = []
     for engine in ENGINES:
@@ -257,4 +257,4 @@ def test_both_engines_restart_at_the_same_quiescent_points(tmp_path: Path) -> No
             outcomes.append(check_lines(f, engine=engine))
     fast, old = outcomes
     assert old.restarts == fast.restarts > 10
-    assert verdict(old) == verdict(fast) and fast.result == "violation"
+    assert judgement(old) == judgement(fast) and fast.result == "violation"

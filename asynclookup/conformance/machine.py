@@ -424,7 +424,7 @@ def run(
         error = conformance_error_in(exc)
         if isinstance(exc, Flaky) and stats.first_error is not None:
             # A threaded run whose replay by Hypothesis failed otherwise, or not at all
-            # (FlakyStrategyDefinition, FlakyFailure): the verdict is the first failure.
+            # (FlakyStrategyDefinition, FlakyFailure): the judgement is the first failure.
             error = stats.first_error
             error.not_reproducible(type(exc).__name__)
         if error is None:

@@ -24,7 +24,7 @@ where the trace leaves the worker's moves ambiguous (hidden
 ``take_batch``/``post``) the joint search runs over overlays and pipelines
 only, and a key on which every state agrees again moves back to ``base``.
 
-One departure from the engine, which never changes a verdict: states equal
+One departure from the engine, which never changes a judgement: states equal
 up to their generation numbers are kept once (``_identity``).  No event names
 a generation to the checker and the spec compares generations only for
 equality, drawing new ones above all others, so such states explain the same
@@ -45,7 +45,7 @@ state explains (so a violation's property and detail are the engine's own),
 the first set whose every state is tagged (the property-8 warning), a call that
 raised, ``shutdown`` and everything after it, a dead worker.  tests/
 test_observe_fast.py steps random traces through both and compares the sets,
-the notes and the verdicts after every event (the states up to generations
+the notes and the judgements after every event (the states up to generations
 on long runs where the engine keeps duplicates).
 
 The storage of the set and its upkeep (merging, trimming, closing, handing

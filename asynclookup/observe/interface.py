@@ -12,7 +12,7 @@ engine drop what it no longer needs with ``trim_history``.
 ``Bounds`` names each bound an engine keeps, once; ``Notes`` is the evidence
 an engine gathers beside its states to name the property an unexplained
 observation breaks (``asynclookup.observe.classify`` reads it; it never
-decides a verdict).
+decides a judgement).
 
 It imports the spec and the observations only.
 """

@@ -6,7 +6,7 @@
 - ``check``: a trace streamed through the refinement engine
   (``asynclookup.observe``);
 - ``split``: a long trace checked in chunks, in several processes or under a
-  job runner, with the verdict of one pass;
+  job runner, with the judgement of one pass;
 - ``report``: ``asynclookup check-trace`` and its shrunk excerpt.
 
 It imports the standard library, ``asynclookup.spec`` and

@@ -22,7 +22,7 @@ file to build the shortest excerpt that shows a violation.  At a quiescent
 point where the possible states explain exactly what the initial state
 explains (``TraceChecker.quiescent``), the check restarts from a fresh engine:
 what follows is judged independently of what came before, which is what lets
-``asynclookup.trace.split`` check a trace in chunks with the verdict of one pass.
+``asynclookup.trace.split`` check a trace in chunks with the judgement of one pass.
 
 Either engine is reached through ``asynclookup.observe.interface.Engine`` only.
 The fast one (``asynclookup.observe.fast``, the default) also gets the hot kinds
@@ -460,7 +460,7 @@ def check_lines(
 
     ``progress``: called with the number of events read so far, about every
     ``asynclookup.trace.hot.PROGRESS_EVERY`` events.  ``parser``: the JSON parser
-    that decodes the lines (``asynclookup.trace.reader.PARSERS``; the verdict is the
+    that decodes the lines (``asynclookup.trace.reader.PARSERS``; the judgement is the
     same with each).  ``stops``: as for ``check_items``.
     """
     started = time.perf_counter()

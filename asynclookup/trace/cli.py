@@ -45,7 +45,7 @@ def run(
     ``merge_parts``: instead of checking, merge the results of ``--chunk`` runs.
     Unless ``quiet``: the throughput and peak memory at the end, and a progress
     line while checking when stderr is a terminal, on stderr.  ``parser``: the JSON
-    parser (``asynclookup.trace.reader.PARSERS``; the same verdict with each).
+    parser (``asynclookup.trace.reader.PARSERS``; the same judgement with each).
     """
     out = stdout or sys.stdout
     err = stderr or sys.stderr
@@ -130,7 +130,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--jobs", default="1", metavar="N",
         help="check in up to N processes, cut at the trace's recorded quiescent points "
-        "(same verdict as one process; docs/trace-format.md, 'Checking in chunks')",
+        "(same judgement as one process; docs/trace-format.md, 'Checking in chunks')",
     )
     parser.add_argument(
         "--chunk", metavar="I/N",
@@ -145,7 +145,7 @@ def register(subparsers: Any) -> None:
         "--parser", choices=PARSERS, default="json",
         help="the JSON parser: the standard library's (default), or from the 'fast' extra "
         "(pip install 'asynclookup[fast]') orjson or, fastest, msgspec's typed decoding; "
-        "the verdict is the same",
+        "the judgement is the same",
     )
     parser.add_argument(
         "--quiet", action="store_true",
@@ -182,7 +182,7 @@ def run_chunk(
     stdout: IO[str] | None = None, stderr: IO[str] | None = None, parser: str = "json",
 ) -> int:
     """``--chunk I/N``: print chunk ``index``'s result as JSON; 0 when printed, 2 if the
-    file cannot be read (the verdict is the merge's: a chunk's may not stand)."""
+    file cannot be read (the judgement is the merge's: a chunk's may not stand)."""
     out, err = stdout or sys.stdout, stderr or sys.stderr
     try:
         part = split.check_part(path, jobs, index, efficiency, parser=parser)

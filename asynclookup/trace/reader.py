@@ -19,7 +19,7 @@ compares the two on random objects).  Anything else takes the exact path:
 - an object the unrolled test does not accept is judged by
   ``format.parse_event``; with a parser other than the standard library's,
   the object is first decoded again from its line by ``json.loads`` (orjson
-  reads an integer beyond 64 bits as a float, for one), so a verdict never
+  reads an integer beyond 64 bits as a float, for one), so a judgement never
   depends on the parser (tests/test_trace_reader.py checks each on the
   suite's traces).
 

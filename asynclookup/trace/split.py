@@ -1,4 +1,4 @@
-"""A long trace checked in chunks, in several processes, with the verdict of one pass.
+"""A long trace checked in chunks, in several processes, with the judgement of one pass.
 
 Theory of operation
 -------------------
@@ -17,7 +17,7 @@ Chunk ``i`` is checked from a fresh engine from the line after its candidate
 it stops there if it restarted there (the candidate was a quiescent point);
 otherwise the candidate was not quiescent (results still in flight, say) and
 it checks on, through the next chunk, to the next candidate where it does
-restart, or to the end.  ``merge`` then walks from chunk 0: a chunk's verdict
+restart, or to the end.  ``merge`` then walks from chunk 0: a chunk's judgement
 stands, and the walk goes on with the chunk its check stopped at; chunks
 whose start was not confirmed quiescent are skipped (their lines were
 checked by the chunk before).  So the merged answer is the one pass's:

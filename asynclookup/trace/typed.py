@@ -16,7 +16,7 @@ reader's cache of validated keys) and that the answers fit the keys.
 ``decode_block`` decodes each line of a block alone: a line msgspec rejects
 (any other kind or shape, a malformed line) is None, and the loop decodes it
 again with ``json.loads`` and judges it as the standard library's path does,
-so a verdict never depends on the parser (tests/test_trace_reader.py).
+so a judgement never depends on the parser (tests/test_trace_reader.py).
 msgspec reads JSON as ``json.loads`` does where both accept a line: a
 repeated member keeps its last value, an integer of any size is an integer.
 

@@ -192,9 +192,9 @@ def _shutdowns(
     """The tier-call sequences a shutdown may make (each auto-answered), with the path after
     (None: property 8 warned there, unchecked from then on)."""
     ended = _fork(path)
-    verdict = _judge(ended, [ShutdownSeen()], strict)
-    if verdict is None or verdict == "unchecked":
-        yield asked, ended if verdict is None else None
+    judgement = _judge(ended, [ShutdownSeen()], strict)
+    if judgement is None or judgement == "unchecked":
+        yield asked, ended if judgement is None else None
     if len(asked) >= MAX_SHUTDOWN_CALLS:
         return
     plan = plans[len(asked)] if len(asked) < len(plans) else Plan()
@@ -267,13 +267,13 @@ def _step(
         step.wait[key] = call.method == "settle" and _settles(path)
         for outcome, seen in _outcomes(path, call):
             nxt = _fork(path)
-            verdict = _judge(nxt, seen, strict)
-            if isinstance(verdict, Violation):
+            judgement = _judge(nxt, seen, strict)
+            if isinstance(judgement, Violation):
                 if call.method in VERDICT_CALLS:
-                    step.breaks.add(verdict.title)
+                    step.breaks.add(judgement.title)
                 continue
             allowed.append(outcome)
-            if verdict == "unchecked":
+            if judgement == "unchecked":
                 step.unchecked.add(outcome)
                 continue
             if isinstance(outcome, tuple):

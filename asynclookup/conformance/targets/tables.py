@@ -68,7 +68,7 @@ class TablesUsed:
     build_error: str | None = None  # what the constructor raised, if it did
 
     def post_watch(self) -> str:
-        """One phrase: how a settle sees the worker post (always a hint, never a verdict)."""
+        """One phrase: how a settle sees the worker post (always a hint, never a judgement)."""
         if self.results is not None:
             return f"posts counted on `{self.results.path}` (a hint for settles)"
         return "no results queue found: a settle watches the worker thread go idle (a hint)"

@@ -7,7 +7,7 @@ callback its adapter registered in ``WATCHED`` while the adapter lives, and the
 process's own hook is untouched before and after.  ``CountingQueue`` wraps the
 queue an IUT's worker posts its results on, so that an adapter can wait,
 bounded, until so many results were posted.  Both are hints that shorten the
-oracle's wait for a post, never evidence a verdict rests on.  ``IdleWatch`` is the fallback
+oracle's wait for a post, never evidence a judgement rests on.  ``IdleWatch`` is the fallback
 for an IUT whose results store is no queue (a dict, a list under a lock): it
 counts the results of a tier call as posted once the thread that made the call
 is idle again, blocked in its next wait.
@@ -101,7 +101,7 @@ def results_in(item: object) -> int:
     dict per batch); another list, tuple or set holds the results of its items (a
     list per group or per batch); ``None`` is a sentinel (0); anything else is
     one result (a result object of the class's own).  A hint for a wait, never a
-    verdict: a miscount only makes the wait end early or run to its bound.
+    judgement: a miscount only makes the wait end early or run to its bound.
     """
     if item is None:
         return 0
