@@ -53,9 +53,9 @@ def test_a_lazy_raise_plan_yields_then_raises() -> None:
 
 def test_short_long_and_junk_plans_spoil_the_answer() -> None:
     """short drops values, long adds some, junk puts a non-bool in one position."""
-    assert Plan("short", size=1).answer([True, True, True]).values == (True,)
-    assert len(Plan("long").answer([True, True]).values) == 3
-    assert Plan("junk", size=1).answer([True, True]).values == (True, 0)
+    assert Plan("short", size=1).answer([True, True, True]).items == (True,)
+    assert len(Plan("long").answer([True, True]).items) == 3
+    assert Plan("junk", size=1).answer([True, True]).items == (True, 0)
 
 
 def test_the_tier_logs_what_it_answered() -> None:

@@ -434,8 +434,8 @@ def test_the_written_harness_answers_as_the_oracle_does(
         for bits in ((), (True,), (True, False, True)):
             expected = harness.memory_answer(Plan(kind, bits, size), n)
             got = written.memory_answer(written.Plan(kind, bits, size), n)
-            assert (got.values, got.raises, got.lazy, got.slow) == (
-                expected.values, expected.raises, expected.lazy, expected.slow)
+            assert (got.items, got.raises, got.lazy, got.slow) == (
+                expected.items, expected.raises, expected.lazy, expected.slow)
 
 
 def test_every_property_link_is_a_section_of_docs_properties() -> None:

@@ -474,9 +474,9 @@ class Checker(Notes):
         start = state._replace(held=ordered + rest)
         proper = obs.answer.proper(len(ordered))
         if not proper:
-            values = obs.answer.values
+            items = obs.answer.items
             for i, e in enumerate(ordered):
-                self.faulty[e.key, e.generation] = values[i] if i < len(values) else NO_VALUE
+                self.faulty[e.key, e.generation] = items[i] if i < len(items) else NO_VALUE
         apply = self.table[core.ProbeGroup]
         for verdicts in verdict_candidates(obs.answer, len(ordered)):
             action = core.ProbeGroup(verdicts)

@@ -305,17 +305,17 @@ class FastChecker(Apart):
         ]
         return self._commit(out, obs, lambda: oracle.PostSeen(True))
 
-    def answered(self, keys: tuple[bytes, ...], request: str, values: tuple[bool, ...]
+    def answered(self, keys: tuple[bytes, ...], request: str, items: tuple[bool, ...]
                  ) -> Violation | None:
         """A tier call of the worker that got a proper answer (one bool per key, in order):
-        ``tier_call`` with ``Answer(values)``, the one state's held group stepped in place
+        ``tier_call`` with ``Answer(items)``, the one state's held group stepped in place
         when it is exactly the call's."""
         h = self._solo()
         if h is not None:
             held, n = h[4], len(keys)
             if len(held) == n and len(set(keys)) == n:  # the common case: in the call's order
                 out = []
-                for e, k, v in zip(held, keys, values, strict=True):
+                for e, k, v in zip(held, keys, items, strict=True):
                     if e[0] != k or e[1] != request:
                         break
                     out.append((k, e[2], v))
@@ -326,11 +326,11 @@ class FastChecker(Apart):
                 gens = {e[0]: e[2] for e in held}
                 if len(gens) == n and all(k in gens for k in keys):  # so no key twice
                     results = tuple(
-                        (k, gens[k], v) for k, v in zip(keys, values, strict=True)
+                        (k, gens[k], v) for k, v in zip(keys, items, strict=True)
                     )
                     self.hyps[0] = (h[0], h[1], h[2], h[3], (), h[5] + results, h[6], h[7])
                     return None
-        return self.tier_call(keys, request, oracle.Answer(values))
+        return self.tier_call(keys, request, oracle.Answer(items))
 
     def tier_call(
         self, keys: tuple[bytes, ...], request: str, answer: oracle.Answer, obs: Any = None
@@ -345,7 +345,7 @@ class FastChecker(Apart):
             by_key = {e[0]: e for e in held if e[1] == request}
             if by_key and sorted(by_key) == wanted and sum(e[1] == request for e in held) == n:
                 results = tuple(
-                    (k, by_key[k][2], v) for k, v in zip(keys, answer.values, strict=True)
+                    (k, by_key[k][2], v) for k, v in zip(keys, answer.items, strict=True)
                 )
                 rest = tuple(e for e in held if e[1] != request)
                 self.hyps[0] = (h[0], h[1], h[2], h[3], rest, h[5] + results, h[6], h[7])
@@ -362,9 +362,9 @@ class FastChecker(Apart):
                 continue
             ordered = [by_key[k] for k in keys]
             if not proper:
-                values = answer.values
+                items = answer.items
                 for i, e in enumerate(ordered):
-                    self.faulty[e[0], e[2]] = values[i] if i < len(values) else NO_VALUE
+                    self.faulty[e[0], e[2]] = items[i] if i < len(items) else NO_VALUE
             rest = tuple(e for e in held if e[1] != request)
             for verdicts in candidates:
                 results = tuple((e[0], e[2], v) for e, v in zip(ordered, verdicts, strict=True))

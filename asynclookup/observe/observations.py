@@ -27,13 +27,13 @@ CLOSED = "closed"  # an adapter's name for the IUT's closed-manager error
 
 @dataclass(frozen=True)
 class Answer:
-    """What the oracle's tier did on one call: the values it gave and how it ended.
+    """What the oracle's tier did on one call: the items it gave and how it ended.
 
     ``lazy``: a generator rather than a list; ``raises``: raised, after yielding
-    ``values`` when lazy (a plain call that raises yields nothing).
+    ``items`` when lazy (a plain call that raises yields nothing).
     """
 
-    values: tuple[object, ...] = ()
+    items: tuple[object, ...] = ()
     raises: bool = False
     lazy: bool = False
     slow: bool = False
@@ -41,12 +41,12 @@ class Answer:
     def proper(self, n: int) -> bool:
         """Whether this is a well-formed answer for ``n`` keys: n bools, no exception."""
         return (
-            not self.raises and len(self.values) == n
-            and all(type(v) is bool for v in self.values)
+            not self.raises and len(self.items) == n
+            and all(type(v) is bool for v in self.items)
         )
 
     def __str__(self) -> str:
-        shown = "[" + ", ".join(map(repr, self.values)) + "]"
+        shown = "[" + ", ".join(map(repr, self.items)) + "]"
         if self.raises:
             text = f"yielded {shown} then raised" if self.lazy else "raised"
         else:
@@ -57,14 +57,14 @@ class Answer:
 def verdict_candidates(answer: Answer, n: int) -> tuple[tuple[bool, ...], ...]:
     """The verdict tuples a conforming worker may derive from ``answer`` for n keys.
 
-    A proper answer gives exactly its values.  Otherwise each key gets False, or
+    A proper answer gives exactly its items.  Otherwise each key gets False, or
     the bool the tier gave at its position when it gave one (lenient policy).
     """
     if answer.proper(n):
-        return (tuple(bool(v) for v in answer.values),)
+        return (tuple(bool(v) for v in answer.items),)
     options = [
         (False, True)
-        if i < len(answer.values) and answer.values[i] is True
+        if i < len(answer.items) and answer.items[i] is True
         else (False,)
         for i in range(n)
     ]

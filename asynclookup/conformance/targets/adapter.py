@@ -41,7 +41,7 @@ from asynclookup.spec.errors import AsyncLookupError
 
 SLOW_SECONDS = 0.002  # how long a "slow" answer keeps the worker waiting
 ANSWER_BOUND = 60.0  # a threaded tier call waits at most this long for the oracle
-JUNK: tuple[object, ...] = (1, 0, None, "yes", 1.0)  # non-bool values a tier may give
+JUNK: tuple[object, ...] = (1, 0, None, "yes", 1.0)  # non-bool items a tier may give
 PLAN_KINDS = ("proper", "raise", "short", "long", "junk", "lazy", "lazy_raise", "slow")
 # The tier misbehaviours of property 7 (docs/properties.md), each a fault kind a
 # user can name in ``--faults``: user's name -> the plan kind that produces it.
@@ -95,8 +95,8 @@ class Plan:
     """How the oracle's tier answers one call, whatever its number of keys.
 
     ``bits``: the proper verdicts (padded with False; ignored when a real tier
-    answers).  ``size`` picks the fault's detail: values kept (short), values
-    added (long), the spoiled position (junk), values yielded before raising
+    answers).  ``size`` picks the fault's detail: items kept (short), items
+    added (long), the spoiled position (junk), items yielded before raising
     (lazy_raise).
     """
 
@@ -133,12 +133,12 @@ def deliver(answer: Answer) -> list[object] | Iterator[object]:
         raise TierFault("oracle tier: this call fails")
     if answer.lazy:
         return lazy_answer(answer)
-    return list(answer.values)
+    return list(answer.items)
 
 
 def lazy_answer(answer: Answer) -> Iterator[object]:
-    """An answer as a lazy iterable: its values, then its exception if it raises."""
-    yield from answer.values
+    """An answer as a lazy iterable: its items, then its exception if it raises."""
+    yield from answer.items
     if answer.raises:
         raise TierFault("oracle tier: this answer fails part-way")
 
