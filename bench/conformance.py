@@ -15,7 +15,7 @@ Two tables, printed as Markdown:
 By default the process pins itself to one CPU (``--cores all`` does not), so the
 figures are "on one core".  Usage (from the repository root)::
 
-    .venv/bin/python bench/oracle.py [--seeds 5] [--examples 300] [--steps 50]
+    .venv/bin/python bench/conformance.py [--seeds 5] [--examples 300] [--steps 50]
 
 This script measures; it asserts nothing.
 """
