@@ -14,7 +14,7 @@ from asynclookup._cli import UsageError
 from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.regression._paths import RegressionError
 from asynclookup.conformance.targets.adapter import TierFault
-from asynclookup.conformance.targets.vllm import IUTRaised, ManagerClosedError
+from asynclookup.conformance.targets.vllm import AdapterClosedError, IUTRaised
 from asynclookup.observe.interface import OracleLimitError
 from asynclookup.spec.errors import AsyncLookupError, ProtocolError
 from asynclookup.trace.check import CheckLimitError
@@ -22,11 +22,11 @@ from asynclookup.trace.format import TraceFormatError
 from asynclookup.trace.split import PartError
 
 __all__ = [
+    "AdapterClosedError",
     "AsyncLookupError",
     "CheckLimitError",
     "ConformanceError",
     "IUTRaised",
-    "ManagerClosedError",
     "OracleLimitError",
     "PartError",
     "ProtocolError",
@@ -35,3 +35,19 @@ __all__ = [
     "TraceFormatError",
     "UsageError",
 ]
+
+
+def __getattr__(name: str) -> type[AdapterClosedError]:
+    """``ManagerClosedError``, this module's older name for ``AdapterClosedError``, still
+    imports (with a DeprecationWarning): the reference's own error of that name is
+    ``asynclookup.reference.ManagerClosedError`` (docs/glossary.md)."""
+    if name == "ManagerClosedError":
+        import warnings
+
+        warnings.warn(
+            "asynclookup.errors.ManagerClosedError is now AdapterClosedError (the oracle "
+            "adapter's error); the reference's is asynclookup.reference.ManagerClosedError",
+            DeprecationWarning, stacklevel=2,
+        )
+        return AdapterClosedError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

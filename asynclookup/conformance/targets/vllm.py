@@ -73,8 +73,10 @@ T = TypeVar("T")
 __all__ = ["PREFIX"]  # re-exported: conformance.regression imports it from here
 
 
-class ManagerClosedError(AsyncLookupError, RuntimeError):
-    """The adapter's answer to any call after ``shutdown()`` (the closed-manager error)."""
+class AdapterClosedError(AsyncLookupError, RuntimeError):
+    """The adapter's answer to any call after ``shutdown()``: its own closed-manager error,
+    raised without calling the IUT (vLLM defines none; the reference's is
+    ``asynclookup.reference.ManagerClosedError``)."""
 
 
 class IUTRaised(AsyncLookupError, RuntimeError):
@@ -443,7 +445,7 @@ class VllmAdapter:
             self._idle.wake()
 
     def is_closed_error(self, exc: BaseException) -> bool:
-        return isinstance(exc, ManagerClosedError)
+        return isinstance(exc, AdapterClosedError)
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -461,7 +463,7 @@ class VllmAdapter:
 
     def _call(self, fn: Callable[[], T]) -> T:
         if self._closed:
-            raise ManagerClosedError("the manager was shut down")
+            raise AdapterClosedError("the manager was shut down")
         if threading.active_count() != self._thread_count:  # threads came or went meanwhile
             self._seen = set(threading.enumerate())  # not the IUT's doing: not watched
             self._thread_count = len(self._seen)
