@@ -15,9 +15,11 @@ import time
 
 import pytest
 
+from asynclookup.conformance.counterexample import ConformanceError
+from asynclookup.conformance.driver import Driver
 from asynclookup.conformance.replay import shrink
 from asynclookup.conformance.targets.adapter import FAULT_KINDS
-from asynclookup.conformance.targets.vllm import impl_spec
+from asynclookup.conformance.targets.vllm import impl_factory, impl_spec
 from asynclookup.conformance.testcase import first_violation
 from tests.strangers import BUG_KIND, BUGGY, CORRECT, HANGS
 
@@ -95,3 +97,23 @@ def test_a_call_that_never_returns_is_reported_naming_it(impl: str) -> None:
     assert f"{HANGS[impl]}(" in error.violation.detail
     assert "did not return within" in error.violation.detail
     assert time.monotonic() - started < 90
+
+
+def test_a_stale_probe_sent_under_a_sharers_context_is_property_9() -> None:
+    """A batch's groups all sent under its last request's context: k0, batched for A and
+    made stale by mark_present after B joined it, is probed for B.  No request was
+    cleaned up, so it is not a re-probe after a cancelling cleanup (8): it is the probe
+    under the wrong context (9).  (Seed 2 of the kill table once named it 8.)"""
+    driver = Driver(impl_factory("tests.strangers.asyncio_loop:LastRequestContext"),
+                    mode="threaded")
+    try:
+        driver.lookup(b"k0", "A")
+        driver.lookup(b"k1", "B")
+        driver.flush()
+        driver.lookup(b"k0", "B")
+        driver.mark_present([b"k0"])
+        with pytest.raises(ConformanceError) as caught:
+            driver.answer()  # [b'k0'] for 'B', the batch's last request
+    finally:
+        driver.close()
+    assert caught.value.violation.number == 9, str(caught.value)

@@ -40,6 +40,16 @@ def cancellable(state: State, entry: Entry) -> bool:
     return p is None or p.generation != entry.generation or entry.request not in p.requesters
 
 
+def cleaned_up(state: State, entry: Entry) -> bool:
+    """Whether ``entry``'s request was cleaned up while its probe is the key's live one:
+    a request that shares that probe is left, and only a cancelling cleanup makes it
+    probe the key again.  (A stale entry alone is no such sign: a lookup manager that
+    sends a stale probe under another request's context breaks property 9.)"""
+    p = core.probe_of(state, entry.key)
+    return p is not None and p.generation == entry.generation and (
+        entry.request not in p.requesters)
+
+
 def _groups(batch: tuple[Entry, ...]) -> dict[str, frozenset[bytes]]:
     groups: dict[str, set[bytes]] = {}
     for e in batch:
@@ -64,7 +74,7 @@ def skipped(state: State, obs: TierCallSeen) -> tuple[Entry, ...] | None:
 def reprobed(state: State, obs: TierCallSeen) -> tuple[Entry, ...] | None:
     """If ``obs`` probes, for its request, keys whose owed probe it shares but that were
     batched for a request since cleaned up (the rest of the call owed to it), those
-    entries: the call is a second probe of them; else None."""
+    entries: the call is a second probe of them; else None (``cleaned_up``)."""
     owed = list(state.held) + [e for batch in state.queue for e in batch]
     others: list[Entry] = []
     for key in obs.keys:
@@ -74,8 +84,8 @@ def reprobed(state: State, obs: TierCallSeen) -> tuple[Entry, ...] | None:
         p = core.probe_of(state, key)
         if not mine or p is None or obs.request not in p.requesters:
             return None
-        if not all(cancellable(state, e) for e in mine):
-            return None
+        if not all(cleaned_up(state, e) for e in mine):
+            return None  # merely stale (mark_miss, mark_present): no cleanup to blame
         others.extend(mine)
     return tuple(others) or None
 
