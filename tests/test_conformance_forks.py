@@ -126,6 +126,25 @@ def test_a_cancelled_call_that_never_comes_is_the_same_finding() -> None:
     assert "no tier call came" in caught.value.violation.detail
 
 
+def test_a_call_never_made_for_a_request_cleaned_up_before_the_flush_is_progress() -> None:
+    """The same stall when the request was cleaned up before the flush: no cleanup came
+    while the probe was in flight, so none cancelled it.  The outside class whose flush
+    drops a live entry of a cleaned-up request (B still waits) is named 6, not 8 (seed
+    4 of the kill table once named it 8)."""
+    driver = Driver(impl_factory("tests.outside.callback_style:StaleBesideLive"),
+                    mode="threaded", strict_efficiency=True, wait_bound=SHORT_WAIT)
+    try:
+        driver.lookup(b"k0", "A")
+        driver.lookup(b"k0", "B")
+        driver.cleanup("A")
+        driver.flush()  # the class drops A's entry although B waits on its probe
+        with pytest.raises(ConformanceError) as caught:
+            driver.answer()  # k0 for A is owed; none comes
+    finally:
+        driver.close()
+    assert caught.value.violation.number == 6, str(caught.value)
+
+
 class GatedPool(PoolTakesNextBatchEarly):
     """The early-taking pool whose thread for request B's group waits for ``gate`` before
     its tier call: the test, not the threads' luck, makes a later batch's call first."""

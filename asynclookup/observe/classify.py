@@ -90,6 +90,9 @@ class Checker(Protocol):
     @property
     def dropped(self) -> Collection[tuple[bytes, str]]: ...
 
+    @property
+    def orphaned(self) -> Collection[tuple[bytes, str, int]]: ...
+
 
 def classify(
     checker: Checker, obs: Observation, before: Mapping[State, bool]
@@ -128,7 +131,7 @@ def classify(
     if isinstance(obs, Stalled):
         if not obs.worker_alive:
             return 7, f"the worker died: no {obs.waiting_for} came and its thread is gone"
-        cancelled = skips.name_stall(states, obs.waiting_for)
+        cancelled = skips.name_stall(states, obs.waiting_for, checker.orphaned)
         if cancelled is not None:
             return cancelled
         return 6, f"no {obs.waiting_for} came within the bound although the spec owes one"
@@ -165,7 +168,7 @@ def classify(
     if isinstance(obs, WorkerDied):
         return 7, f"the worker died before shutdown{': ' + obs.reason if obs.reason else ''}"
     if isinstance(obs, ShutdownSeen):
-        cancelled = skips.name_short_shutdown(states)
+        cancelled = skips.name_short_shutdown(states, checker.orphaned)
         if cancelled is not None:
             return cancelled
         return 6, "shutdown() returned although the batch in hand was not probed and posted" + (
@@ -398,7 +401,7 @@ def _tier_call(checker: Checker, obs: TierCallSeen, states: list[State]) -> tupl
             "was submitted beside the live one"
         )
     if not any((key, obs.request) in checker.dropped for key in obs.keys):
-        skip = skips.name_skip(states, obs, call)
+        skip = skips.name_skip(states, obs, call, checker.orphaned)
         if skip is not None:
             return skip
     for state in states:

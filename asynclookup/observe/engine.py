@@ -325,9 +325,14 @@ class Checker(Notes):
         if isinstance(obs, CleanupSeen):
             return self._cleanup(obs.request)
         if isinstance(obs, FlushSeen):
+            batched = [(s, e) for s in self._states for e in s.batch]
             self._note_flush({
-                (e.key, e.request) for s in self._states for e in s.batch
+                (e.key, e.request) for s, e in batched
                 if (p := core.probe_of(s, e.key)) is None or p.generation != e.generation
+            }, {
+                (e.key, e.request, e.generation) for s, e in batched
+                if (p := core.probe_of(s, e.key)) is not None
+                and p.generation == e.generation and e.request not in p.requesters
             })
         if isinstance(obs, MarkMissSeen):
             for s in self._states:

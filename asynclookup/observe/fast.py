@@ -182,6 +182,9 @@ class FastChecker(Apart):
                 self._note_stale_results()
             self._note_flush({  # before the posted results are applied, as the engine does
                 (e[0], e[1]) for e in h[2] if (p := base.get(e[0])) is None or p[0] != e[2]
+            }, {
+                (e[0], e[1], e[2]) for e in h[2]
+                if (p := base.get(e[0])) is not None and p[0] == e[2] and e[1] not in p[3]
             })
             if h[6]:
                 self._apply_in_place(h[6])
@@ -199,6 +202,9 @@ class FastChecker(Apart):
         self._note_flush({
             (e[0], e[1]) for h in self.hyps for e in h[2]
             if (p := get(h[0], e[0])) is None or p[0] != e[2]
+        }, {
+            (e[0], e[1], e[2]) for h in self.hyps for e in h[2]
+            if (p := get(h[0], e[0])) is not None and p[0] == e[2] and e[1] not in p[3]
         })
         out = [(self._flush(h), tag) for h, tag in zip(self.hyps, self.tags, strict=True)]
         return self._commit(out, obs, oracle.FlushSeen)

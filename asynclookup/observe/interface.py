@@ -71,7 +71,9 @@ class Notes:
     probes answered by a faulty tier call (with the value the tier gave at the
     key's position, ``classify.NO_VALUE`` for none) and of unresolved probes a
     mark_miss named; whether the last flush, or any, dropped stale entries in
-    some state, and which (key, request) entries; probes a stale result could hit.
+    some state, and which (key, request) entries; probes a stale result could hit;
+    the (key, request, generation) entries a flush submitted although their request
+    had been cleaned up before it (so no cleanup cancelled them in flight).
     """
 
     def __init__(self) -> None:
@@ -81,17 +83,22 @@ class Notes:
         self.dropped: set[tuple[bytes, str]] = set()  # (key, request) of entries dropped so far
         self.ever_dropped = False  # some flush did
         self.stale: set[tuple[bytes, int]] = set()  # a probe that a stale result could hit
+        self.orphaned: set[tuple[bytes, str, int]] = set()  # submitted after their cleanup
 
     def take_notes(self, other: Notes) -> None:
         """Hold ``other``'s notes (the same containers: one engine takes over another)."""
         self.faulty, self.missed, self.stale = other.faulty, other.missed, other.stale
         self.flush_dropped, self.ever_dropped = other.flush_dropped, other.ever_dropped
-        self.dropped = other.dropped
+        self.dropped, self.orphaned = other.dropped, other.orphaned
 
-    def _note_flush(self, dropped: set[tuple[bytes, str]]) -> None:
-        """A flush dropped these (key, request) entries in some state (maybe none)."""
+    def _note_flush(
+        self, dropped: set[tuple[bytes, str]], orphaned: set[tuple[bytes, str, int]]
+    ) -> None:
+        """A flush dropped these (key, request) entries in some state (maybe none), and
+        submitted these (key, request, generation) ones whose request was cleaned up."""
         self.flush_dropped = bool(dropped)
         self.dropped |= dropped
+        self.orphaned |= orphaned
         self.ever_dropped = self.ever_dropped or self.flush_dropped
 
     def _has_probe_notes(self) -> bool:
@@ -103,6 +110,7 @@ class Notes:
         self.missed &= live
         keys = {key for key, _ in live}
         self.dropped = {(key, request) for key, request in self.dropped if key in keys}
+        self.orphaned = {e for e in self.orphaned if (e[0], e[2]) in live}
 
 
 class Engine(Protocol):

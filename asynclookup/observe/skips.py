@@ -13,7 +13,11 @@ this module what the skip was:
   again.  The same skip seen as a stall (the cancelled call never comes), as a
   shutdown that returns without it, as a request probing again a key whose
   probe it shares, or as that request's lookup returning None where the probe it
-  shared has since been given a verdict (mark_present), is named the same way;
+  shared has since been given a verdict (mark_present), is named the same way.
+  Not so an entry whose request was cleaned up before the flush that submitted it
+  (the engines note those at the flush): no cleanup came while it was in flight,
+  so a worker that never probes it is late (6), and one that probes it under a
+  sharer's context breaks property 9;
 - a skipped entry is live: the call is a group of a later batch, so the worker
   took that batch before probing and posting the one in hand (a pool that does
   not wait for a batch's groups).  One worker posts first, so a verdict of the
@@ -28,23 +32,33 @@ two apart (docs/oracle.md, "Known limits").
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from asynclookup.observe.observations import TierCallSeen
 from asynclookup.spec import core
 from asynclookup.spec.core import Entry, State
 
+Orphaned = Collection[tuple[bytes, str, int]]  # entries a flush submitted after their cleanup
 
-def cancellable(state: State, entry: Entry) -> bool:
+
+def cancellable(state: State, entry: Entry, orphaned: Orphaned = ()) -> bool:
     """Whether ``entry`` is one a cleanup of its request could have cancelled: its
-    request is not a requester of the entry's probe any more, or the entry is stale."""
+    request is not a requester of the entry's probe any more, or the entry is stale;
+    not one whose request was cleaned up before the flush that submitted it (in
+    ``orphaned``): no cleanup came while that probe was in flight."""
+    if (entry.key, entry.request, entry.generation) in orphaned:
+        return False
     p = core.probe_of(state, entry.key)
     return p is None or p.generation != entry.generation or entry.request not in p.requesters
 
 
-def cleaned_up(state: State, entry: Entry) -> bool:
+def cleaned_up(state: State, entry: Entry, orphaned: Orphaned = ()) -> bool:
     """Whether ``entry``'s request was cleaned up while its probe is the key's live one:
     a request that shares that probe is left, and only a cancelling cleanup makes it
     probe the key again.  (A stale entry alone is no such sign: a lookup manager that
     sends a stale probe under another request's context breaks property 9.)"""
+    if (entry.key, entry.request, entry.generation) in orphaned:
+        return False  # cleaned up before its flush: not while in flight
     p = core.probe_of(state, entry.key)
     return p is not None and p.generation == entry.generation and (
         entry.request not in p.requesters)
@@ -71,7 +85,9 @@ def skipped(state: State, obs: TierCallSeen) -> tuple[Entry, ...] | None:
     return None
 
 
-def reprobed(state: State, obs: TierCallSeen) -> tuple[Entry, ...] | None:
+def reprobed(
+    state: State, obs: TierCallSeen, orphaned: Orphaned = ()
+) -> tuple[Entry, ...] | None:
     """If ``obs`` probes, for its request, keys whose owed probe it shares but that were
     batched for a request since cleaned up (the rest of the call owed to it), those
     entries: the call is a second probe of them; else None (``cleaned_up``)."""
@@ -84,17 +100,19 @@ def reprobed(state: State, obs: TierCallSeen) -> tuple[Entry, ...] | None:
         p = core.probe_of(state, key)
         if not mine or p is None or obs.request not in p.requesters:
             return None
-        if not all(cleaned_up(state, e) for e in mine):
+        if not all(cleaned_up(state, e, orphaned) for e in mine):
             return None  # merely stale (mark_miss, mark_present): no cleanup to blame
         others.extend(mine)
     return tuple(others) or None
 
 
-def name_skip(states: list[State], obs: TierCallSeen, call: str) -> tuple[int, str] | None:
+def name_skip(
+    states: list[State], obs: TierCallSeen, call: str, orphaned: Orphaned = ()
+) -> tuple[int, str] | None:
     """The property a tier call that skipped owed groups breaks, and why; None when the
     call is no skip (``classify`` names it otherwise)."""
     for state in states:
-        cancelled = reprobed(state, obs)
+        cancelled = reprobed(state, obs, orphaned)
         if cancelled is not None:
             return 8, (
                 f"{call}: {obs.request!r} shares the in-flight probe of "
@@ -104,7 +122,7 @@ def name_skip(states: list[State], obs: TierCallSeen, call: str) -> tuple[int, s
             )
     for state in states:
         left = skipped(state, obs)
-        if left is not None and all(cancellable(state, e) for e in left):
+        if left is not None and all(cancellable(state, e, orphaned) for e in left):
             return 8, (
                 f"{call}, a group of a later batch, and never {_shown(left)}: their "
                 "requests were cleaned up while the probes were in flight, and cleanup "
@@ -121,12 +139,14 @@ def name_skip(states: list[State], obs: TierCallSeen, call: str) -> tuple[int, s
     return None
 
 
-def name_stall(states: list[State], waiting_for: str) -> tuple[int, str] | None:
+def name_stall(
+    states: list[State], waiting_for: str, orphaned: Orphaned = ()
+) -> tuple[int, str] | None:
     """A tier call that never came, when every call owed is of probes whose requests were
     cleaned up while they were in flight: cleanup cancelled them (8); else None."""
     for state in states:
         owed = list(state.held) + [e for batch in state.queue for e in batch]
-        if owed and all(cancellable(state, e) for e in owed):
+        if owed and all(cancellable(state, e, orphaned) for e in owed):
             return 8, (
                 f"no {waiting_for} came for {_shown(tuple(owed))}, whose requests were "
                 "cleaned up while the probes were in flight: cleanup cancelled them, "
@@ -135,13 +155,15 @@ def name_stall(states: list[State], waiting_for: str) -> tuple[int, str] | None:
     return None
 
 
-def name_short_shutdown(states: list[State]) -> tuple[int, str] | None:
+def name_short_shutdown(
+    states: list[State], orphaned: Orphaned = ()
+) -> tuple[int, str] | None:
     """A shutdown that returned without probing the batch in hand, when every entry of it
     is of a probe whose request was cleaned up while it was in flight: cleanup
     cancelled them (8); else None."""
     for state in states:
         in_hand = state.held or (state.queue[0] if state.queue else ())
-        if in_hand and all(cancellable(state, e) for e in in_hand):
+        if in_hand and all(cancellable(state, e, orphaned) for e in in_hand):
             return 8, (
                 f"shutdown() returned without probing {_shown(tuple(in_hand))}, whose "
                 "requests were cleaned up while the probes were in flight: cleanup "
