@@ -106,7 +106,11 @@ HEADER = (
 
 def zoo(name: str) -> tuple[dict[str, int | None], Callable[[str], set[int]]]:
     """The classes of the zoo ``name`` (each -> its property, None: correct) and, for each,
-    the properties a kill may name to count as right."""
+    the properties a kill may name to count as right.  A class is its target's text."""
+    if name == "tests":  # every correct class in tests/ (tests/correct.py), with its shape
+        from tests.correct import CORRECT as EVERY_CORRECT
+
+        return {str(target): None for target in EVERY_CORRECT.values()}, lambda impl: set()
     if name == "strangers":
         from tests.strangers import BUGGY, CORRECT
 
@@ -118,9 +122,18 @@ def zoo(name: str) -> tuple[dict[str, int | None], Callable[[str], set[int]]]:
     return dict(OUTSIDE), expected
 
 
+def label(impl: str) -> str:
+    """A class's name in the table: ``Class``, or ``module:Class`` in the tests zoo, where
+    two modules may hold classes of one name."""
+    path = impl.removeprefix("impl:").split(";", 1)[0]
+    module, _, cls = path.rpartition(":")
+    return f"{module.rpartition('.')[2]}:{cls}" if impl.startswith("impl:") else cls
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--zoo", choices=("outside", "strangers"), default="outside")
+    parser.add_argument("--zoo", choices=("outside", "strangers", "tests"), default="outside",
+                        help="tests: every correct class in tests/ (tests/correct.py)")
     parser.add_argument("--faults", default="all", help="as fuzz --faults takes it")
     parser.add_argument("--examples", type=int, default=300, help="at most, per seed")
     parser.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated")
@@ -131,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*")
     args = parser.parse_args(argv)
     classes, expected = zoo(args.zoo)
-    by_name = {impl.rpartition(":")[2]: impl for impl in classes}
+    by_name = {label(impl): impl for impl in classes}
     names = args.names or [
         name for name, impl in by_name.items()
         if not (args.correct and classes[impl] is not None)
