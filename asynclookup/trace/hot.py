@@ -30,13 +30,12 @@ from typing import Any
 
 from asynclookup.trace.format import _decode
 from asynclookup.trace.reader import (
-    _LISTS,
     KEYS,
     Blocks,
     _out_of_order,
+    bare_lists,
     event_of,
     fast_key,
-    valid_triples,
 )
 from asynclookup.trace.take import (
     SLOW,
@@ -256,19 +255,6 @@ def _result(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: st
     return None
 
 
-def _no_error(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    """The fields of a flush, drain, take_batch or post without an error, validated (the
-    lists kept as parsed, as ``reader`` keeps them); None: let the general path judge."""
-    data: dict[str, Any] = {}
-    for name, entries in _LISTS[kind]:
-        value = obj.get(name)
-        if value is not None:
-            if not valid_triples(value, entries):
-                return None
-            data[name] = value
-    return data if len(obj) == 3 + len(data) else None
-
-
 def _scheduler(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: str) -> Any:
     """flush, drain and cleanup without an error."""
     kind = obj["event"]
@@ -277,7 +263,7 @@ def _scheduler(checker: Checker, obj: dict[str, Any], line: int, s: int, thread:
         if len(obj) != 4 or type(request) is not str:
             return SLOW
         return take_scheduler(checker, line, s, thread, kind, request, {"request": request})
-    data = _no_error(obj, kind)
+    data = bare_lists(obj, kind)
     if data is None:
         return SLOW
     return take_scheduler(checker, line, s, thread, kind, None, data)
@@ -286,7 +272,7 @@ def _scheduler(checker: Checker, obj: dict[str, Any], line: int, s: int, thread:
 def _worker(checker: Checker, obj: dict[str, Any], line: int, s: int, thread: str) -> Any:
     """take_batch and post without an error."""
     kind = obj["event"]
-    data = _no_error(obj, kind)
+    data = bare_lists(obj, kind)
     if data is None:
         return SLOW
     return take_worker(checker, line, s, thread, kind, data)

@@ -454,6 +454,16 @@ def _bare(line: int, obj: dict[str, Any], new: New) -> TraceEvent | None:
     if type(seq) is not int or seq < 0 or type(thread) is not str:
         return None
     kind = obj["event"]
+    data = bare_lists(obj, kind)
+    if data is None:
+        return None
+    return new(TraceEvent, (line, seq, kind, thread, data))
+
+
+def bare_lists(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """The fields of a flush, drain, take_batch or post without an error, validated and
+    kept as parsed; None when one is malformed or another field is there (the general
+    path judges it)."""
     data: dict[str, Any] = {}
     for name, entries in _LISTS[kind]:
         value = obj.get(name)
@@ -461,9 +471,7 @@ def _bare(line: int, obj: dict[str, Any], new: New) -> TraceEvent | None:
             if not valid_triples(value, entries):
                 return None
             data[name] = value
-    if len(obj) != 3 + len(data):
-        return None
-    return new(TraceEvent, (line, seq, kind, thread, data))
+    return data if len(obj) == 3 + len(data) else None
 
 
 def _tier_call(line: int, obj: dict[str, Any], new: New) -> TraceEvent | None:
