@@ -264,3 +264,28 @@ def test_the_old_engine_stays_selectable() -> None:
 
     assert isinstance(TraceChecker(Header("t", True, {}), engine="old").engine, oracle.Checker)
     assert isinstance(TraceChecker(Header("t", True, {})).engine, FastChecker)
+
+
+@pytest.mark.parametrize("make", [oracle.Checker, FastChecker], ids=["exact", "fast"])
+def test_an_entry_submitted_after_its_requests_cleanup_is_noted_and_then_forgotten(
+    make: type[oracle.Checker] | type[FastChecker],
+) -> None:
+    """Both engines note, at the flush, an entry whose request was cleaned up before it
+    (the skip namer must not call its missing tier call a cancelled in-flight probe),
+    and forget the note once no possible state holds that probe."""
+    checker = make(hidden_worker=False)
+    answer = oracle.Answer((False,))
+    before: tuple[oracle.Observation, ...] = (
+        oracle.LookupSeen(b"k0", "A", None), oracle.LookupSeen(b"k0", "B", None),
+        oracle.CleanupSeen("A"), oracle.FlushSeen())
+    for obs in before:
+        assert checker.observe(obs) is None
+    assert checker.orphaned == {(b"k0", "A", 0)}
+    after: tuple[oracle.Observation, ...] = (
+        oracle.TakeBatchSeen(True), oracle.TierCallSeen((b"k0",), "A", answer),
+        oracle.ProbeGroupSeen(True), oracle.PostSeen(True), oracle.FlushSeen(),
+        oracle.CleanupSeen("B"))
+    for obs in after:
+        assert checker.observe(obs) is None
+    checker.forget_stale_notes()
+    assert checker.orphaned == set()
