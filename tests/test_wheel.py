@@ -34,12 +34,25 @@ def _run(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.Complet
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def _clean_copy(source: Path) -> Path:
+    """The checkout without its build products, to build a wheel from.
+
+    Building from the checkout itself writes into its build/ directory; two xdist
+    workers doing that at once collide ("File exists: build/bdist...").
+    """
+    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv*", "build", "*.egg-info", "*.so", "__pycache__", ".*_cache", ".hypothesis",
+    ))
+    return source
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(the wheel, the venv's python, a working directory outside the checkout)."""
     base = tmp_path_factory.mktemp("wheel")
     built = _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base),
+         str(_clean_copy(base / "source"))],
         cwd=base,
     )
     assert built.returncode == 0, built.stderr[-2000:]
@@ -117,10 +130,7 @@ def test_readme_commands_run_from_an_empty_directory(
 def test_a_build_without_a_c_compiler_says_so_and_works(tmp_path: Path) -> None:
     """With no C compiler the wheel still builds, its build output says the pure-Python
     kernel will be used, and the installed model checker runs on that kernel."""
-    source = tmp_path / "source"  # a clean copy: the checkout's build/ holds a built kernel
-    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv*", "build", "*.egg-info", "*.so", "__pycache__", ".*_cache", ".hypothesis",
-    ))
+    source = _clean_copy(tmp_path / "source")  # the checkout's build/ holds a built kernel
     env = {**os.environ, "CC": str(tmp_path / "no-such-cc")}
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path),
