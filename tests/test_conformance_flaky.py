@@ -35,15 +35,18 @@ class FirstInstanceLies(AsyncLookupManager):
         return verdict
 
 
-@pytest.mark.parametrize("shrink_budget", [0.0, 2.0])
+@pytest.mark.parametrize(("mode", "shrink_budget"),
+                         [("stepped", 0.0), ("stepped", 2.0), ("threaded", 2.0)])
 def test_a_failure_hypothesis_cannot_replay_is_reported_as_not_reproducible(
-    shrink_budget: float,
+    mode: str, shrink_budget: float,
 ) -> None:
     """The run raises the first ConformanceError it saw, marked not reproducible, in the
-    text and (when shrunk) in the shrink report."""
+    text and (when shrunk) in the shrink report.  Stepped, Hypothesis's replay finds it
+    out; threaded, the shrinker's replay of the run's own calls (a threaded run is not
+    replayed by Hypothesis)."""
     _lies_left[0] = 1
     stats = Stats()
-    config = FuzzConfig(target=FuzzTarget.parse(f"{__name__}:FirstInstanceLies"))
+    config = FuzzConfig(target=FuzzTarget.parse(f"{__name__}:FirstInstanceLies"), mode=mode)
     with pytest.raises(ConformanceError) as caught:
         run(config, examples=20, seed=0, stats=stats, shrink_budget=shrink_budget)
     error = caught.value
@@ -72,3 +75,48 @@ def test_the_cli_report_says_the_run_was_not_reproducible(
     _lies_left[0] = 1
     assert main([*args, "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["reproducible"] is False
+
+
+_built = [0, 0]  # managers AlwaysLies built in all, and when the first lie was told
+
+
+class AlwaysLies(AsyncLookupManager):
+    """Every lookup that would answer None answers True (property 2 at the first one)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        _built[0] += 1
+        super().__init__(*args, **kwargs)
+
+    def lookup(self, key: bytes, req_context: Any) -> bool | None:
+        verdict = super().lookup(key, req_context)
+        if verdict is None and not _built[1]:
+            _built[1] = _built[0]
+        return True if verdict is None else verdict
+
+
+def test_a_threaded_run_ends_at_its_first_violation_unreplayed(tmp_path: Any) -> None:
+    """Threaded, the first violation ends the run: Hypothesis does not build the IUT
+    again to replay the example (which, for a run ending in a bounded wait, paid the
+    bound twice), yet it saves the example, so ``--db`` replays it first next time."""
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    db = DirectoryBasedExampleDatabase(str(tmp_path / "db"))
+    config = FuzzConfig(target=FuzzTarget.parse(f"{__name__}:AlwaysLies"), mode="threaded")
+    for attempt in range(2):
+        _built[:] = [0, 0]
+        with pytest.raises(ConformanceError) as caught:
+            run(config, examples=20, seed=0, shrink_budget=0.0, database=db)
+        assert caught.value.violation.number == 2, str(caught.value)
+        assert caught.value.reproducible
+        assert _built[0] == _built[1], _built  # no manager built after the first lie
+        if attempt:
+            assert _built[1] == 1, _built  # the saved example is the first one run
+    assert any(db.fetch(key) for key in _saved_keys(tmp_path / "db"))
+
+
+def _saved_keys(root: Any) -> list[bytes]:
+    """The keys a DirectoryBasedExampleDatabase holds (its directory names, hashed)."""
+    from pathlib import Path
+
+    return [bytes.fromhex(p.name) for p in Path(root).iterdir() if p.is_dir()
+            and all(c in "0123456789abcdef" for c in p.name)] or [b""]

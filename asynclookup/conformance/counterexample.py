@@ -80,17 +80,18 @@ class ConformanceError(AsyncLookupError, AssertionError):
         self.calls = list(calls)
         self.config = config
         self.shrink_report: ShrinkReport | None = None  # set by conformance.replay.shrink
-        self.reproducible = True  # False: Hypothesis's own replay of the run went otherwise
+        self.reproducible = True  # False: a replay of the run went otherwise
         super().__init__(format_counterexample(violation, calls))
 
     def not_reproducible(self, why: str) -> None:
-        """Say in the report that Hypothesis's replay of this run did not repeat it."""
+        """Say in the report that a replay of this run (Hypothesis's in stepped mode, the
+        shrinker's at the full wait bound in threaded mode) did not repeat it."""
         self.reproducible = False
         self.args = (f"{self.args[0]}\n  {NOT_REPRODUCIBLE} ({why})",)
 
 
 NOT_REPRODUCIBLE = (
-    "this run was not reproducible: Hypothesis's replay of it went otherwise (the worker's "
+    "this run was not reproducible: a replay of it went otherwise (the worker's "
     "timing), so this is the first failure the run saw"
 )
 

@@ -124,10 +124,28 @@ def _plan(kinds: tuple[str, ...], n: int) -> Plan:
     return Plan(kinds[kind], tuple(bool(bits >> i & 1) for i in range(3)), size)
 
 
+class _FoundFirst(BaseException):
+    """Ends a threaded run at its first ConformanceError (``machine_class(stop_at_first=True)``).
+
+    Not an ``Exception``: Hypothesis lets it through like an interrupt (it saves the
+    example to its database, and neither replays nor shrinks it), so ``run`` gets the
+    violation as it was seen.  A threaded example cannot be replayed exactly anyway,
+    and the replay cost as much as the run: a counterexample that ends in a bounded
+    wait paid that bound twice.  ``shrink`` replays the calls itself."""
+
+    def __init__(self, error: ConformanceError) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 def machine_class(
-    config: FuzzConfig, stats: Stats | None = None, inner: Any = None
+    config: FuzzConfig, stats: Stats | None = None, inner: Any = None,
+    *, stop_at_first: bool = False,
 ) -> type[RuleBasedStateMachine]:
-    """A state machine class fuzzing ``config.target`` as ``config`` says."""
+    """A state machine class fuzzing ``config.target`` as ``config`` says.
+
+    With ``stop_at_first`` the first ConformanceError ends the Hypothesis run
+    (``_FoundFirst``, which ``run`` unwraps); only ``run`` uses it."""
     counters = stats if stats is not None else Stats()
     if inner is None and config.tier != "memory":
         inner = make_inner_tier(config.tier, config.redis_url)
@@ -137,6 +155,8 @@ def machine_class(
     def _keep_first(error: ConformanceError) -> None:
         if counters.first_error is None:
             counters.first_error = error
+        if stop_at_first:
+            raise _FoundFirst(error)
     stepped = config.mode == "stepped"
     real_tier = inner is not None
 
@@ -400,7 +420,8 @@ def run(
     quiet = logging.root.manager.disable
     logging.disable(logging.WARNING)
     inner = make_inner_tier(config.tier, config.redis_url)
-    machine = machine_class(config, stats, inner)
+    # threaded: the first violation ends the run (Hypothesis's replay of it is not exact)
+    machine = machine_class(config, stats, inner, stop_at_first=config.mode == "threaded")
     if seed is not None:
         machine = hypothesis.seed(seed)(machine)  # the public decorator, on the machine class
     options: dict[str, Any] = {}
@@ -419,7 +440,10 @@ def run(
         **options,
     )
     try:
-        run_state_machine_as_test(machine, settings=chosen)
+        try:
+            run_state_machine_as_test(machine, settings=chosen)
+        except _FoundFirst as found:
+            raise found.error from None
     except Exception as exc:
         error = conformance_error_in(exc)
         if isinstance(exc, Flaky) and stats.first_error is not None:

@@ -196,7 +196,10 @@ def _shrink(error: ConformanceError, budget: float, report: ShrinkReport) -> Con
             f"; {inert_left} cleanup(s) the spec ignores kept: without them the "
             "violation did not reproduce, so the IUT does not ignore them"
         )
-    if best is error or not threaded:
+    if not threaded:
+        return best
+    if best is error:
+        _confirm_original(error, report)
         return best
     # Confirm at the full wait bound, smallest candidate first: one that reproduced
     # only by the luck of the worker's timing gives way to the next larger one.
@@ -213,7 +216,22 @@ def _shrink(error: ConformanceError, budget: float, report: ShrinkReport) -> Con
                 return confirmed
     report.stopped += "; no shrunk run reproduced at the full wait bound, so the "
     report.stopped += "unshrunk counterexample is shown"
+    _confirm_original(error, report)
     return error
+
+
+def _confirm_original(error: ConformanceError, report: ShrinkReport) -> None:
+    """Threaded, nothing smaller kept: replay the run's own calls once at the full bound
+    (the run ended at its first violation unreplayed, ``machine._FoundFirst``, as
+    Hypothesis's replay would have); if that does not break the property, the run is
+    marked not reproducible."""
+    if not error.reproducible:
+        return
+    again = replay(error.config, _steps(error.calls))
+    if again is not None and again.violation.number == error.violation.number:
+        return
+    error.not_reproducible("its calls, replayed at the full wait bound, did not break it")
+    report.note = NOT_REPRODUCIBLE
 
 
 def _without_inert_cleanups(steps: list[Step]) -> list[Step]:
