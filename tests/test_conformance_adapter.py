@@ -58,6 +58,24 @@ def test_short_long_and_junk_plans_spoil_the_answer() -> None:
     assert Plan("junk", size=1).answer([True, True]).items == (True, 0)
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_the_drawn_junk_plans_put_every_value_at_every_position(n: int) -> None:
+    """Over the plans the machine draws (``machine.plans``), every non-bool of JUNK lands
+    at every position of an n-key answer: a class may mishandle 1 and 1.0 (``== True``)
+    or 1 and "yes" (``bool()``) or None (``is not False``) at any key."""
+    from asynclookup.conformance.machine import _plan
+    from asynclookup.conformance.targets.adapter import JUNK
+
+    kinds = ("proper", "junk")
+    seen = set()
+    for number in range(len(kinds) * 8 * 4):  # the whole range plans() draws from
+        plan = _plan(kinds, number)
+        if plan.kind == "junk":
+            items = plan.answer([False] * n).items
+            seen |= {(i, repr(v)) for i, v in enumerate(items) if not isinstance(v, bool)}
+    assert seen == {(i, repr(v)) for i in range(n) for v in JUNK}
+
+
 def test_the_tier_logs_what_it_answered() -> None:
     """Every answered call is logged as a TierCallSeen with the keys, request and answer."""
     tier = OracleTier()

@@ -96,8 +96,8 @@ class Plan:
 
     ``bits``: the proper verdicts (padded with False; ignored when a real tier
     answers).  ``size`` picks the fault's detail: items kept (short), items
-    added (long), the spoiled position (junk), items yielded before raising
-    (lazy_raise).
+    added (long), the spoiled position and, with ``bits``, the value put there
+    (junk), items yielded before raising (lazy_raise).
     """
 
     kind: str = "proper"
@@ -115,8 +115,12 @@ class Plan:
         if kind == "long":
             return Answer(b + (True,) * (1 + size % 2))
         if kind == "junk" and n:
+            # the spoiled position from the size; the value from the size and the bits,
+            # so that every value of JUNK lands at every position
             i = size % n
-            return Answer((*b[:i], JUNK[size % len(JUNK)], *b[i + 1:]))
+            value = JUNK[(size + 4 * sum(1 << j for j, bit in enumerate(self.bits) if bit))
+                         % len(JUNK)]
+            return Answer((*b[:i], value, *b[i + 1:]))
         if kind == "lazy":
             return Answer(b, lazy=True)
         if kind == "lazy_raise":
