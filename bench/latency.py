@@ -1,7 +1,7 @@
 """How long correct classes take to show what the spec owes them, against the oracle's bounds.
 
 Run from the project root:
-``PYTHONPATH=. python bench/latency.py [--seeds S,S,...] [--examples N] [NAME ...]``.
+``PYTHONPATH=. python bench/latency.py [--seed S ...] [--examples N] [NAME ...]``.
 It fuzzes every correct class in tests/ (``tests.correct.CORRECT``; NAME picks
 some) in threaded mode with every fault, strict efficiency, one run a seed, and
 times two kinds of bounded wait wherever they ended because what was owed came:
@@ -80,7 +80,8 @@ def summary(name: str, values: list[float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0", help="comma-separated")
+    parser.add_argument("--seed", type=int, action="append", dest="seeds",
+                        help="a seed to run (repeatable; 0 if none)")
     parser.add_argument("--examples", type=int, default=200, help="at most, per seed")
     parser.add_argument("names", nargs="*")
     args = parser.parse_args(argv)
@@ -90,12 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"bench/latency.py: no correct class named {', '.join(unknown)}", file=sys.stderr)
         return 2
-    try:
-        seeds = [int(seed) for seed in args.seeds.split(",")]
-    except ValueError:
-        print(f"bench/latency.py: --seeds {args.seeds!r} is not a comma list of integers",
-              file=sys.stderr)
-        return 2
+    seeds: list[int] = args.seeds or [0]
     waits: Waits = {"owed tier call": [], "re-ask window": []}
     instrument(waits)
     alarms = runs = 0

@@ -130,13 +130,21 @@ def label(impl: str) -> str:
     return f"{module.rpartition('.')[2]}:{cls}" if impl.startswith("impl:") else cls
 
 
+def seed_list(text: str) -> list[int]:
+    """``--seeds``: a comma list of integers (argparse reports anything else in one line)."""
+    try:
+        return [int(seed) for seed in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma list of integers") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--zoo", choices=("outside", "strangers", "tests"), default="outside",
                         help="tests: every correct class in tests/ (tests/correct.py)")
     parser.add_argument("--faults", default="all", help="as fuzz --faults takes it")
     parser.add_argument("--examples", type=int, default=300, help="at most, per seed")
-    parser.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated")
+    parser.add_argument("--seeds", type=seed_list, default="0,1,2,3,4", help="comma-separated")
     parser.add_argument("--shrink-budget", type=float, default=20.0, help="seconds per kill")
     parser.add_argument("--out", type=Path, help="also write the table to this file")
     parser.add_argument("--correct", action="store_true", help="only the correct classes")
@@ -155,12 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench/outside.py: no {args.zoo} class named {', '.join(unknown)}",
               file=sys.stderr)
         return 2
-    try:
-        seeds = [int(seed) for seed in args.seeds.split(",")]
-    except ValueError:
-        print(f"bench/outside.py: --seeds {args.seeds!r} is not a comma list of integers",
-              file=sys.stderr)
-        return 2
+    seeds = args.seeds
     lines = [HEADER]
     print(HEADER, flush=True)
     for name in names:
