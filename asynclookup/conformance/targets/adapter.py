@@ -118,8 +118,8 @@ class Plan:
             # the spoiled position from the size; the value from the size and the bits,
             # so that every value of JUNK lands at every position
             i = size % n
-            value = JUNK[(size + 4 * sum(1 << j for j, bit in enumerate(self.bits) if bit))
-                         % len(JUNK)]
+            bits = sum(1 << j for j, bit in enumerate(self.bits) if bit)
+            value = JUNK[(size + 4 * bits) % len(JUNK)]
             return Answer((*b[:i], value, *b[i + 1:]))
         if kind == "lazy":
             return Answer(b, lazy=True)
