@@ -51,7 +51,7 @@ typecheck: install
 	$(BIN)/mypy --strict asynclookup docgen tests bench
 
 test: install hypofuzz-env
-	$(BIN)/python -m pytest -q -n 2  # pytest-xdist: two workers, the machine's two cores
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup  # two workers (the two cores); a module marked xdist_group stays on one
 	$(MAKE) --no-print-directory typecheck lint
 
 crosshair: install

@@ -53,6 +53,10 @@ from asynclookup.conformance.targets.vllm import PREFIX
 from tests.doc_examples import ExampleError, run_file
 from tests.regression_pairs import BUGGY, FIXED, PAIRS, Pair
 
+# one xdist worker runs this module, and its fixtures are session-scoped: built once
+# (a module fixture is torn down whenever another module's test runs between)
+pytestmark = pytest.mark.xdist_group("conformance_regression")
+
 ROOT = Path(__file__).resolve().parent.parent
 CLI = Path(sys.executable).parent / "asynclookup"
 RUFF = Path(sys.executable).parent / "ruff"
@@ -96,7 +100,7 @@ def _with_requirements(name: str) -> list[importlib.metadata.Distribution]:
     return list(found.values())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once: see pytestmark
 def outside(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The python of a fresh venv that has pytest and nothing of this project."""
     base = tmp_path_factory.mktemp("outside") / "venv"
@@ -146,7 +150,7 @@ def test_the_outside_python_has_pytest_and_nothing_of_this_project(
 # -- eight pairs, through the real CLI ------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once: see pytestmark
 def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Module name -> the regression file the CLI wrote for its buggy twin (four at a
     time), each in a directory of its own beside its harness, which must be the one

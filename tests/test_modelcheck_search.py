@@ -39,18 +39,22 @@ from asynclookup.spec.core import (
 )
 from asynclookup.spec.variants import VARIANTS
 
+# one xdist worker runs this module, and its fixtures are session-scoped: built once
+# (a module fixture is torn down whenever another module's test runs between)
+pytestmark = pytest.mark.xdist_group("modelcheck_search")
+
 SMALL = Bounds(keys=1, requests=2, batch_entries=1, queued_batches=1, posted_results=1)
 SMALL_2K = Bounds(2, 1, batch_entries=1, queued_batches=1, posted_results=1, verdicts=(True,))
 NO_POR = replace(Reductions(), persistent=False)  # every reduction but the partial-order one
 GOALS = ("resolved_present", "orphan_in_flight", "stale_entry_in_batch", "stale_result_posted")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once: see pytestmark
 def one_key_two_requests() -> CheckResult:
     return check(Bounds(keys=1, requests=2), reductions=NO_POR)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once: see pytestmark
 def two_keys_one_request() -> CheckResult:
     return check(Bounds(keys=2, requests=1), reductions=NO_POR)
 

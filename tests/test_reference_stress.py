@@ -29,6 +29,10 @@ from asynclookup.reference import (
 from asynclookup.reference.manager import Snapshot
 from tests.event_checks import TraceCheck, as_spec_state, replay_events
 
+# one xdist worker runs this module, and its fixtures are session-scoped: built once
+# (a module fixture is torn down whenever another module's test runs between)
+pytestmark = pytest.mark.xdist_group("reference_stress")
+
 # -- random interleavings, stepped: the test chooses every step --------------------------
 
 KEYS = [bytes([c]) for c in b"abcdef"]
@@ -144,7 +148,7 @@ class StressRun:
     alive_after: bool  # the worker thread after shutdown
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once: see pytestmark
 def stress() -> StressRun:
     """A threaded manager driven through STRESS_STEPS random steps, then shut down.
 

@@ -53,6 +53,10 @@ from tests.event_checks import (
 )
 from tests.redis_server import RedisServer
 
+# one xdist worker runs this module, and its fixtures are session-scoped: built once
+# (a module fixture is torn down whenever another module's test runs between)
+pytestmark = pytest.mark.xdist_group("reference_stress_tiers")
+
 FAULTS = Faults(
     latency=(0.0, 0.001),
     hang_rate=0.01,
@@ -178,7 +182,7 @@ def test_stress_on_real_tier_keeps_every_property(real_tier: Tier) -> None:
     assert_clean(run_stress(real_tier, steps=3000, seed=20240611))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once: see pytestmark
 def short_run(tmp_path_factory: pytest.TempPathFactory) -> StressRun:
     """A 600-step run on the filesystem tier, shared by the coverage tests below."""
     tier = FilesystemTier(tmp_path_factory.mktemp("short"), sync=False)
@@ -241,7 +245,7 @@ def test_tier_answer_check_catches_a_lying_tier() -> None:
     assert any("throughout the call" in p for p in problems)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once: see pytestmark
 def good_trace() -> list[Event]:
     """A conformant trace of a short in-memory run, for the mutation tests below."""
     run = run_stress(InMemoryTier(), steps=300, seed=8, faults=Faults(raise_rate=0.1))

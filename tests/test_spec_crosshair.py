@@ -62,6 +62,10 @@ from asynclookup.spec.core import (
 from asynclookup.spec.variants import VARIANTS
 from tests.crosshair_bugs import broken, small_scope
 
+# one xdist worker runs this module, and its fixtures are session-scoped: built once
+# (a module fixture is torn down whenever another module's test runs between)
+pytestmark = pytest.mark.xdist_group("spec_crosshair")
+
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = "tests/crosshair_bugs/plugin.py"
 
@@ -94,7 +98,7 @@ BUGS: Mapping[str, Bug] = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once: see pytestmark
 def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The directory the broken actions are generated into, once per module."""
     directory = tmp_path_factory.mktemp("crosshair_bugs")
@@ -187,7 +191,7 @@ def runs_of(test: str, params: Mapping[str, object]) -> list[str]:
     }.get(test, [])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once: see pytestmark
 def runs(
     request: pytest.FixtureRequest, planted: Path
 ) -> Iterator[dict[str, Future[subprocess.CompletedProcess[str]]]]:

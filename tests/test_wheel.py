@@ -26,7 +26,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.slow
+# one xdist worker runs this module, and its fixtures are session-scoped: built once
+# (a module fixture is torn down whenever another module's test runs between)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheel")]
 
 
 def _run(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -46,7 +48,7 @@ def _clean_copy(source: Path) -> Path:
     return source
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once: see pytestmark
 def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(the wheel, the venv's python, a working directory outside the checkout)."""
     base = tmp_path_factory.mktemp("wheel")
