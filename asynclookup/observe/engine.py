@@ -325,16 +325,7 @@ class Checker(Notes):
         if isinstance(obs, CleanupSeen):
             return self._cleanup(obs.request)
         if isinstance(obs, FlushSeen):
-            dropped: set[tuple[bytes, str]] = set()
-            orphaned: set[tuple[bytes, str, int]] = set()
-            for s in self._states:
-                for e in s.batch:
-                    p = core.probe_of(s, e.key)
-                    if p is None or p.generation != e.generation:
-                        dropped.add((e.key, e.request))  # stale: the flush drops it
-                    elif e.request not in p.requesters:
-                        orphaned.add((e.key, e.request, e.generation))  # cleaned up before
-            self._note_flush(dropped, orphaned)
+            self._note_flush((e, core.probe_of(s, e.key)) for s in self._states for e in s.batch)
         if isinstance(obs, MarkMissSeen):
             for s in self._states:
                 for key in obs.keys:

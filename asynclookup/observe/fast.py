@@ -59,7 +59,6 @@ It drives no implementation and checks against the spec's own transitions only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from asynclookup.observe import engine as oracle
@@ -76,22 +75,6 @@ from asynclookup.observe.states import (
     post_step,
     take_step,
 )
-
-
-def _flush_notes(
-    batched: Iterable[tuple[Any, P | None]],
-) -> tuple[set[tuple[bytes, str]], set[tuple[bytes, str, int]]]:
-    """What a flush notes of the batch entries, each with its key's probe in its state:
-    the (key, request) of those it drops as stale, and the (key, request, generation) of
-    those it submits although their request was cleaned up (``Notes._note_flush``)."""
-    dropped: set[tuple[bytes, str]] = set()
-    orphaned: set[tuple[bytes, str, int]] = set()
-    for e, p in batched:
-        if p is None or p[0] != e[2]:
-            dropped.add((e[0], e[1]))
-        elif e[1] not in p[3]:
-            orphaned.add((e[0], e[1], e[2]))
-    return dropped, orphaned
 
 
 class FastChecker(Apart):
@@ -198,7 +181,7 @@ class FastChecker(Apart):
             if h[6]:
                 self._note_stale_results()
             # before the posted results are applied, as the engine does
-            self._note_flush(*_flush_notes((e, base.get(e[0])) for e in h[2]))
+            self._note_flush((e, base.get(e[0])) for e in h[2])
             if h[6]:
                 self._apply_in_place(h[6])
             submitted = []
@@ -212,7 +195,7 @@ class FastChecker(Apart):
             return None
         self._note_stale_results()
         get = self._get
-        self._note_flush(*_flush_notes((e, get(h[0], e[0])) for h in self.hyps for e in h[2]))
+        self._note_flush((e, get(h[0], e[0])) for h in self.hyps for e in h[2])
         out = [(self._flush(h), tag) for h, tag in zip(self.hyps, self.tags, strict=True)]
         return self._commit(out, obs, oracle.FlushSeen)
 

@@ -19,7 +19,7 @@ It imports the spec and the observations only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -64,6 +64,11 @@ class Violation(Finding):
     states: tuple[State, ...]
 
 
+# a batch entry (key, request, generation) and its key's probe in one possible state
+# (generation, phase, verdict, requesters), or None: what a flush's notes are made of
+Batched = tuple[tuple[bytes, str, int], tuple[int, object, object, frozenset[str]] | None]
+
+
 class Notes:
     """The classification notes an engine keeps as its own attributes (a base class).
 
@@ -91,11 +96,18 @@ class Notes:
         self.flush_dropped, self.ever_dropped = other.flush_dropped, other.ever_dropped
         self.dropped, self.orphaned = other.dropped, other.orphaned
 
-    def _note_flush(
-        self, dropped: set[tuple[bytes, str]], orphaned: set[tuple[bytes, str, int]]
-    ) -> None:
-        """A flush dropped these (key, request) entries in some state (maybe none), and
-        submitted these (key, request, generation) ones whose request was cleaned up."""
+    def _note_flush(self, batched: Iterable[Batched]) -> None:
+        """A flush of these batch entries, each with its key's probe in its state (maybe
+        none; a core ``Entry`` and ``Probe``, or the fast engine's tuples of them): it
+        drops as stale the (key, request) of those whose probe is gone or newer, and
+        submits the (key, request, generation) of those whose request was cleaned up."""
+        dropped: set[tuple[bytes, str]] = set()
+        orphaned: set[tuple[bytes, str, int]] = set()
+        for e, p in batched:  # e: key, request, generation; p: generation, .., requesters
+            if p is None or p[0] != e[2]:
+                dropped.add((e[0], e[1]))
+            elif e[1] not in p[3]:
+                orphaned.add((e[0], e[1], e[2]))
         self.flush_dropped = bool(dropped)
         self.dropped |= dropped
         self.orphaned |= orphaned
