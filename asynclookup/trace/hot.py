@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container
 from typing import Any
 
-from asynclookup.trace.format import _decode
+from asynclookup.trace.format import TraceEvent, _decode
 from asynclookup.trace.reader import (
     KEYS,
     Blocks,
@@ -102,12 +102,9 @@ def feed_blocks(
                                 return line
                             continue
             # the general path: every other line, and the above when a test failed
-            event = event_of(line, obj, lines[i], exact or objs is None)
-            if event[1] <= seq:
-                _out_of_order(line, event[1], seq)
-            seq = event[1]
-            if checker.feed(event) is not None:
-                return None
+            seq = _general(checker, event_of(line, obj, lines[i], exact or objs is None), seq)
+            if seq < 0:
+                return None  # a violation
             if line in stops and checker.last_restart == line:
                 return line
         events = _progressed(progress, events, len(lines))
@@ -157,17 +154,24 @@ def _feed_typed(
                     continue
             # the general path, from the standard library's reading of the line
             raw = lines[i]
-            event = event_of(line, _decode(line, raw, block.last and i == len(lines) - 1),
-                             raw, True)
-            if event[1] <= seq:
-                _out_of_order(line, event[1], seq)
-            seq = event[1]
-            if checker.feed(event) is not None:
-                return None
+            obj = _decode(line, raw, block.last and i == len(lines) - 1)
+            seq = _general(checker, event_of(line, obj, raw, True), seq)
+            if seq < 0:
+                return None  # a violation
             if line in stops and checker.last_restart == line:
                 return line
         events = _progressed(progress, events, len(lines))
     return None
+
+
+def _general(checker: Checker, event: TraceEvent, seq: int) -> int:
+    """The general path for one event after the one numbered ``seq``: the event's number,
+    or -1 when the checker found a violation (a ``seq`` is never negative)."""
+    if event[1] <= seq:
+        _out_of_order(event[0], event[1], seq)
+    if checker.feed(event) is not None:
+        return -1
+    return event[1]
 
 
 def _progressed(progress: Callable[[int], None] | None, events: int, more: int) -> int:

@@ -142,24 +142,7 @@ def take_pair(
         return SLOW
     counts = checker.counts
     counts["lookup_called"] = counts.get("lookup_called", 0) + 1
-    counts["lookup_returned"] = counts.get("lookup_returned", 0) + 1
-    warned = len(fast.warnings)
-    try:
-        violation = fast.lookup(k, request, verdict)
-    except OracleLimitError as exc:
-        raise _limit(line + 1, exc) from None
-    if violation is None and len(fast.warnings) == warned and fast.index:
-        size = len(fast.hyps)  # ``_settle``, inline: this is the commonest step
-        if size > checker.peak_states:
-            checker.peak_states = size
-        checker.fed += 1
-        if checker.fed % PRUNE_EVERY == 0:
-            fast.forget_stale_notes()
-        return None
-    return checker.judged(NEW(TraceEvent, (
-        line + 1, s, "lookup_returned", thread,
-        {"key": k, "request": request, "verdict": verdict},
-    )), violation, warned)
+    return _returned(checker, fast, line + 1, s, thread, k, request, verdict)
 
 
 def take_returned(
@@ -174,6 +157,14 @@ def take_returned(
     ):
         return SLOW
     del opened[thread]
+    return _returned(checker, fast, line, s, thread, k, request, verdict)
+
+
+def _returned(
+    checker: Checker, fast: FastChecker, line: int, s: int, thread: str, k: bytes,
+    request: str, verdict: object,
+) -> Any:
+    """A lookup_returned on ``line`` whose call is taken: counted, stepped, settled."""
     counts = checker.counts
     counts["lookup_returned"] = counts.get("lookup_returned", 0) + 1
     warned = len(fast.warnings)
