@@ -29,7 +29,8 @@ from typing import Any
 
 from asynclookup.conformance import driver as driver_module
 from asynclookup.conformance.counterexample import Call
-from asynclookup.conformance.driver import NAMING_WAIT, WAIT_BOUND, Driver
+from asynclookup.conformance.driver import Driver
+from asynclookup.conformance.eventually import NAMING_WAIT, WAIT_BOUND
 from asynclookup.conformance.targets.adapter import OracleTier
 from asynclookup.conformance.testcase import first_violation
 
@@ -66,7 +67,7 @@ def instrument(waits: Waits) -> None:
         reask_window(self, record, counted, key, request)
 
     OracleTier.next_call = timed_next_call  # type: ignore[method-assign]
-    driver_module.Driver._reask = timed_reask  # type: ignore[method-assign]
+    driver_module.Driver._reask = timed_reask  # type: ignore[method-assign,assignment]
 
 
 def summary(name: str, values: list[float]) -> str:

@@ -10,7 +10,9 @@ happened into observations, feeds them to the checker and raises
 violation.  (``catch_up`` is the one
 composite: the answers and the settle it makes are numbered one by one.)
 When the target offers a snapshot of its tables, the driver also checks
-property 5 after every call at which the spec holds nothing.  It keeps the
+property 5 after every call at which the spec holds nothing.  Its waits for
+what a hidden worker owes (settle, re-asks, the leak check's asking again) are
+the mixin ``asynclookup.conformance.eventually.Eventually``.  It keeps the
 numbered calls, so a failure prints as a readable counterexample and as a
 replay: a pytest file that calls the same ``Driver`` methods without
 Hypothesis.
@@ -21,9 +23,7 @@ users; it chooses nothing itself.
 
 from __future__ import annotations
 
-import copy
 import threading
-import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -36,6 +36,7 @@ from asynclookup.conformance.counterexample import (
     _shown,
     _stack_notes,
 )
+from asynclookup.conformance.eventually import PROPER, WAIT_BOUND, Eventually
 from asynclookup.conformance.targets.adapter import (
     OracleTier,
     Plan,
@@ -77,28 +78,10 @@ from asynclookup.observe.engine import (
 from asynclookup.observe.interface import Violation
 
 T = TypeVar("T")
-PROPER = Plan()  # a proper answer, all False
-WAIT_BOUND = 3.0  # seconds the oracle waits for a tier call or a post in threaded mode
 UNOWED_WAIT = 0.05  # seconds a replay waits for a tier call the spec does not owe
 CATCH_UP_CALLS = 8  # tier calls one catch_up answers at most
-# Re-asks for a post the oracle cannot see: the pause between two starts at the first
-# figure and doubles up to the second.  A pause is not a synchronisation: each re-ask
-# is an observation, and only the bound (``wait_bound``) decides that a post is late.
-REASK_PAUSES = (0.0005, 0.05)
-# How long a settle lets the target's hint (``wait_posted``) hold the oracle: a worker
-# posts within microseconds of its answer; one that does not is judged by the re-asks.
-HINT_BOUND = 0.05
-# How long the leak check's asking again (``_judge_leftovers``) waits for the tier call
-# its flush owes.  By then the tables have stayed non-empty for the whole bound where
-# the spec is empty: the class is already non-conforming, and this wait only names
-# the property (6 if the call never comes, else what it shows, else 4 or 5).  A
-# worker that is alive makes that call within milliseconds, even on a loaded machine
-# (docs/benchmarks.md, "How long a correct class takes").
-NAMING_WAIT = 0.5
-ASKED_AGAIN = "asked-again"  # the request that asks again about a leftover's key
 
-
-class Driver:
+class Driver(Eventually):
     """Drives one IUT through the oracle, checking every observation."""
 
     def __init__(
@@ -300,159 +283,6 @@ class Driver:
                 break
             self.answer(plans[n] if n < len(plans) else PROPER)
         self.settle()
-
-    def settle(self) -> None:
-        """Give the worker time to post what it was answered: a wait the target's hint
-        may shorten (a results queue counted, its thread gone idle).  It judges
-        nothing: whether a verdict shows is judged by the lookups after it, which
-        re-ask within a bound (``await_verdict``).  Recorded with what was seen."""
-        if self.failed:
-            return
-        released = self.tier.release()
-        if self.checker.owed_tier_calls() > 0 or not self.unsettled():
-            if released:  # a worker that posts per group may post what it was given
-                self._record("let the worker have its answers (tier calls still owed)",
-                             ("settle", ()), [])
-            return
-        expected = self._posted_expected
-        hint_bound = min(self.wait_bound, HINT_BOUND)
-        done = self.target.wait_posted(expected, hint_bound)
-        self._settled_at = expected
-        if not done and self._answer_unowed():
-            return  # the worker was stuck in a tier call the spec excludes: judged as such
-        watch = getattr(self.target, "post_watch", None)
-        results = "1 result" if expected == 1 else f"{expected} results"
-        if done is None or watch is None:
-            seen = "no way to see it post (the lookups judge)"
-        elif done:
-            seen = f"seen: {results}, {watch}"
-        else:
-            seen = f"not seen in {hint_bound:g} s (the lookups judge)"
-        self._record(f"let the worker post -> {seen}", ("settle", ()), [])
-
-    def await_verdict(self, key: bytes, request: str) -> None:
-        """If ``key``'s verdict waits only on a post the oracle cannot see, re-ask until
-        it shows: ``drain_results()`` and a repeat ``lookup(key, request)``, both
-        harmless (docs/protocol.md, "Asking again is harmless"), with growing pauses,
-        for at most ``wait_bound`` seconds after the last settle.  Only a ``None``
-        that persists to the bound is judged (``Overdue``): a wrong hint can make this
-        wait longer, never make a correct class fail.  Recorded as one call, only when
-        it re-asked; each re-ask is judged as it comes."""
-        if self.failed or self.unsettled() or not self.checker.awaits_post(key):
-            return
-        asked = f"drain_results() and lookup({key!r}, {request!r})"
-        record = Call(f"re-ask {asked} until the verdict shows", "await_verdict", (key, request))
-        self.calls.append(record)
-
-        def reask() -> bool:
-            _, error = self._call(self.target.drain_results, "drain_results()")
-            self._observe(record, [DrainSeen(error)])
-            verdict, error = self._call(
-                lambda: self.target.lookup(key, request), f"lookup({key!r}, {request!r})"
-            )
-            record.text = f"re-ask {asked} -> {_shown(verdict, error)}"
-            self._observe(record, [LookupSeen(key, request, verdict, error)])
-            return error is not None or verdict is not None or not self.checker.awaits_post(key)
-
-        self._reask(record, reask, key, request)
-
-    def await_empty(self) -> None:
-        """The leak check where only unseen posts stand between the spec and quiescence:
-        if the IUT's tables are not empty, re-ask ``drain_results()`` until they are,
-        for at most ``wait_bound`` seconds; if they never are, the post is ``Overdue``
-        and the tables are judged (property 4 or 5).  Recorded only when it re-asked."""
-        if (
-            self.failed or not self.leak_check or self.unsettled()
-            or not self.checker.empty_once_posted() or self._leftovers() is None
-        ):
-            return
-        record = Call("re-ask drain_results() until the tables are empty", "await_empty", ())
-        self.calls.append(record)
-
-        def reask() -> bool:
-            _, error = self._call(self.target.drain_results, "drain_results()")
-            self._observe(record, [DrainSeen(error)])
-            left = self._leftovers()
-            record.text = (
-                "re-ask drain_results() until the tables are empty -> "
-                + ("they are" if left is None else "they are not")
-            )
-            return error is not None or left is None or not self.checker.empty_once_posted()
-
-        self._reask(record, reask, None, None)
-        if not self.failed and self.checker.expects_empty():
-            self._judge_leftovers()
-
-    def _judge_leftovers(self) -> None:
-        """Feed the IUT's non-empty tables at a quiescent point (``Leftover``).
-
-        When they hold a probe of a key, the class is asked once more what it does with
-        that key, as a new request would (``lookup``, ``flush``, the worker's tier call),
-        before the leftover is called a leak: a probe stuck in flight never makes that
-        tier call (property 6, progress, whether or not anyone still waited for it), an
-        orphan kept with its verdict delivers that stale verdict (property 2), a kept
-        PENDING orphan is submitted for its cleaned-up request (property 1).  Only if
-        none shows is it a leak (4 or 5), judged on the states of the quiescent point."""
-        left = self._leftovers()
-        if left is None:
-            return
-        if not left.held or self._asking_again:
-            self._feed([left])
-            return
-        quiescent = copy.deepcopy(self.checker, {id(self.checker.table): self.checker.table})
-        self._asking_again = True
-        try:
-            self.lookup(min(left.held), ASKED_AGAIN)
-            self.flush()
-            if self.mode == "threaded":
-                self.answer(PROPER, NAMING_WAIT)  # only the name rests on this wait
-            else:
-                self.probe_group(PROPER, post=True)
-        finally:
-            self._asking_again = False
-        if self.failed:
-            return
-        violation = quiescent.observe(left)
-        if violation is not None:
-            self._fail(violation)
-
-    def _reask(
-        self, record: Call, reask: Callable[[], bool], key: bytes | None, request: str | None
-    ) -> None:
-        """Call ``reask`` until it says the wait is over or ``wait_bound`` passed; then,
-        unless a tier call the spec does not owe explains the wait (it is answered and
-        judged), the post is ``Overdue``."""
-        self.tier.release()  # a wait: the worker gets its held answers
-        deadline = time.monotonic() + self.wait_bound
-        pause, longest = REASK_PAUSES
-        while not self.failed:
-            if reask():
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            self._pause.wait(min(pause, remaining))
-            pause = min(2 * pause, longest)
-        if self.failed or self._answer_unowed():
-            return
-        record.text += f" (re-asked for {self.wait_bound:g} s)"
-        alive = self.target.worker_alive()
-        self._observe(record, [Overdue(alive, key, request)])
-
-    def _answer_unowed(self) -> bool:
-        """A tier call the spec does not owe is waiting: answer it and record it, so the
-        engine judges the call itself (a stale entry submitted, say) rather than the
-        post it held up.  Whether one was there."""
-        pending = self.tier.next_call(0.0)
-        if pending is None:
-            return False
-        self.tier.answer(pending, PROPER)
-        self._record("answer the worker's tier call", ("answer", (PROPER,)), [])
-        return True
-
-    def unsettled(self) -> bool:
-        """Whether results were answered since the last ``settle``."""
-        return self._posted_expected > self._settled_at
 
     def store(self, key: bytes, present: bool) -> None:
         """Put ``key`` into the real tier, or take it out (``--tier fs|redis``)."""

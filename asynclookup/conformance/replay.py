@@ -29,7 +29,8 @@ from asynclookup.conformance.counterexample import (
     ConformanceError,
     ShrinkReport,
 )
-from asynclookup.conformance.driver import WAIT_BOUND, Driver
+from asynclookup.conformance.driver import Driver
+from asynclookup.conformance.eventually import WAIT_BOUND
 from asynclookup.conformance.targets.adapter import Plan
 from asynclookup.conformance.targets.bounded import CALL_BOUND, CONSTRUCT_BOUND
 from asynclookup.conformance.targets.target import FuzzTarget

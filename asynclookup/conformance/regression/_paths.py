@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asynclookup.conformance.counterexample import Call, ConformanceError
-from asynclookup.conformance.driver import ASKED_AGAIN
+from asynclookup.conformance.eventually import ASKED_AGAIN
 from asynclookup.conformance.regression.harness import WAIT, memory_answer
 from asynclookup.conformance.targets.adapter import Plan
 from asynclookup.observe.engine import (
