@@ -112,6 +112,29 @@ def test_a_second_probe_after_a_cancelled_shared_probe_is_redundant() -> None:
     assert "cleaned up" in caught.value.violation.detail
 
 
+def test_a_call_left_short_by_a_cancelled_probe_is_the_same_finding() -> None:
+    """A's group holds k1 (shared by B) and k2 (A's alone); cleanup('A') cancels k1's
+    probe, so A's call comes for k2 only.  That call is not A's whole group, but what it
+    leaves out is a probe cleanup cancelled: property 8, not 9 (a loaded CI machine once
+    named the fork 9 this way on seed 3)."""
+    driver = _scripted("CleanupCancelsSharedProbe", strict_efficiency=True)
+    try:
+        driver.lookup(b"k0", "A")
+        driver.flush()  # the worker calls the tier for k0 and blocks there
+        driver.lookup(b"k1", "A")
+        driver.lookup(b"k2", "A")
+        driver.lookup(b"k1", "B")
+        driver.flush()
+        driver.cleanup("A")  # the bug: k1's probe, B's too, is cancelled and deleted
+        driver.answer()  # k0 for A
+        with pytest.raises(ConformanceError) as caught:
+            driver.answer()  # [k2] for A, without k1
+    finally:
+        driver.close()
+    assert caught.value.violation.number == 8, str(caught.value)
+    assert "group without" in caught.value.violation.detail, str(caught.value)
+
+
 def test_a_cancelled_call_that_never_comes_is_the_same_finding() -> None:
     """Without B asking again, the cancelled call just never comes: still property 8."""
     driver = _scripted("CleanupCancelsSharedProbe", strict_efficiency=True, wait_bound=SHORT_WAIT)

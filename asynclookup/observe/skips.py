@@ -18,6 +18,11 @@ this module what the skip was:
   (the engines note those at the flush): no cleanup came while it was in flight,
   so a worker that never probes it is late (6), and one that probes it under a
   sharer's context breaks property 9;
+- the same holds for a call that leaves out part of its request's group when
+  every entry it leaves out (and every one owed before its batch) was batched
+  for a request since cleaned up and its probe is shared by requests still
+  live: cleanup cancelled those probes (8), as a fork's cleanup that cancels
+  the queued probe its request was batched with does;
 - a skipped entry is live: the call is a group of a later batch, so the worker
   took that batch before probing and posting the one in hand (a pool that does
   not wait for a batch's groups).  One worker posts first, so a verdict of the
@@ -64,6 +69,14 @@ def cleaned_up(state: State, entry: Entry, orphaned: Orphaned = ()) -> bool:
         entry.request not in p.requesters)
 
 
+def _shared(state: State, entry: Entry, orphaned: Orphaned = ()) -> bool:
+    """``cleaned_up``, and the probe still has requesters: the cleanup of the request it
+    was batched for left it to others, so cancelling it was the cleanup's doing (a probe
+    left without requesters that a call leaves out is named by the call, 9)."""
+    p = core.probe_of(state, entry.key)
+    return cleaned_up(state, entry, orphaned) and p is not None and bool(p.requesters)
+
+
 def _groups(batch: tuple[Entry, ...]) -> dict[str, frozenset[bytes]]:
     groups: dict[str, set[bytes]] = {}
     for e in batch:
@@ -81,6 +94,23 @@ def skipped(state: State, obs: TierCallSeen) -> tuple[Entry, ...] | None:
     for batch in state.queue:
         if before and _groups(batch).get(obs.request) == call:
             return tuple(before)
+        before.extend(batch)
+    return None
+
+
+def cut(state: State, obs: TierCallSeen) -> tuple[Entry, ...] | None:
+    """If ``obs`` is part of its request's group of an owed batch (the one in hand, or
+    a later one), the entries it leaves out: the rest of that group, and every entry
+    owed before that batch; else None.  (An exact group of a later batch is
+    ``skipped``'s.)"""
+    call = frozenset(obs.keys)
+    if not call or len(call) != len(obs.keys):
+        return None
+    before: list[Entry] = []
+    for batch in (state.held, *state.queue):
+        group = [e for e in batch if e.request == obs.request]
+        if call < frozenset(e.key for e in group):
+            return (*before, *(e for e in group if e.key not in call))
         before.extend(batch)
     return None
 
@@ -127,6 +157,15 @@ def name_skip(
                 f"{call}, a group of a later batch, and never {_shown(left)}: their "
                 "requests were cleaned up while the probes were in flight, and cleanup "
                 "cancelled them, which it must not (in_flight_probes_survive_cleanup)"
+            )
+    for state in states:
+        left = cut(state, obs)
+        if left is not None and all(_shared(state, e, orphaned) for e in left):
+            return 8, (
+                f"{call}, {obs.request!r}'s group without {_shown(left)}: their "
+                "requests were cleaned up while the probes were in flight, and cleanup "
+                "cancelled them although other requests share them, which it must not "
+                "(in_flight_probes_survive_cleanup)"
             )
     for state in states:
         left = skipped(state, obs)
