@@ -51,6 +51,22 @@ def test_a_violation_exits_1_with_numbered_calls(capsys: pytest.CaptureFixture[s
     assert "  1. lookup(" in out
 
 
+def test_a_shrink_budget_of_0_reports_the_sequence_as_found(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--shrink-budget 0: the violation as found, longer than the shrunk one, and no
+    shrink line; the default budget shrinks it."""
+    found: dict[str, int] = {}
+    for budget in ("0", "20"):
+        code, out, _ = fuzz(capsys, "--target", FLUSH, "--seed", "1", "--examples", "3000",
+                            "--shrink-budget", budget, "--json")
+        report = json.loads(out)
+        assert code == 1 and report["violation"]["property"] == 1
+        assert (report["shrink"] is None) == (budget == "0"), report["shrink"]
+        found[budget] = len(report["violation"]["calls"])
+    assert found["0"] > found["20"], found
+
+
 def test_json_keeps_stdout_one_object(capsys: pytest.CaptureFixture[str]) -> None:
     """--json prints exactly one JSON object with the result and the violated property."""
     code, out, _ = fuzz(capsys, "--target", FLUSH, "--seed", "1", "--examples", "3000", "--json")
@@ -98,6 +114,9 @@ def test_replay_out_writes_a_pytest_file(
         (["--impl", OWN, "--method", "flush=none"], "flush is required, it cannot be none"),
         (["--impl", OWN, "--tables", "results=_by_request"],
          "--tables results=_by_request: OwnNames._by_request is a dict, not a queue"),
+        (["--shrink-budget", "soon"], "--shrink-budget: 'soon' is not a number of seconds"),
+        (["--shrink-budget", "-1"], "--shrink-budget: '-1': want a finite number of seconds"),
+        (["--shrink-budget", "nan"], "--shrink-budget: 'nan': want a finite number of seconds"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(

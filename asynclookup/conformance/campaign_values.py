@@ -21,6 +21,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.machine import FuzzConfig, Stats
+from asynclookup.conformance.replay import SHRINK_BUDGET
 
 __all__ = ["Campaign", "Outcome", "Progress", "WorkerReport", "open_database", "render"]
 
@@ -50,7 +51,7 @@ class Campaign:
     seed: int | None = None  # worker i uses seed + i (None: a random base, reported)
     db: str | None = None  # --db: a directory or a redis:// URL
     steps: int = 50
-    shrink_budget: float = 20.0
+    shrink_budget: float = SHRINK_BUDGET
 
     def seeds(self) -> list[int | None]:
         """Each worker's seed; one worker keeps ``seed`` as it is (None: Hypothesis picks)."""

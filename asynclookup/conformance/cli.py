@@ -44,7 +44,7 @@ from asynclookup.conformance.counterexample import (
     format_counterexample,
 )
 from asynclookup.conformance.regression.writer import RegressionError, unsupported, write_regression
-from asynclookup.conformance.replay import replay_file
+from asynclookup.conformance.replay import SHRINK_BUDGET, replay_file
 from asynclookup.conformance.targets.adapter import FAULT_KINDS, faults_text, parse_faults
 from asynclookup.conformance.targets.load import leak_tables, load_target
 from asynclookup.conformance.targets.target import FuzzTarget
@@ -130,6 +130,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--regression-out", metavar="FILE",
                    help="on a violation (--impl), write a pytest module in the class's own "
                    "words: it imports only the class, pytest and the standard library")
+    p.add_argument("--shrink-budget", type=_seconds, default=SHRINK_BUDGET, metavar="SECONDS",
+                   help=f"how long the shrinker may work on a violation (default "
+                   f"{SHRINK_BUDGET:g}; 0: report the call sequence as found)")
     p.add_argument("--strict-efficiency", action="store_true",
                    help="property 8 (no redundant probe) fails the run instead of warning")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -141,6 +144,16 @@ def _workers(text: str) -> int:
         return parse_workers(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: want a finite number of seconds, >= 0")
+    return seconds
 
 
 def _duration(text: str) -> float:
@@ -158,7 +171,8 @@ def run_fuzz(args: argparse.Namespace) -> int:
     line = LiveLine.on(sys.stderr, quiet=args.quiet)
     examples = args.examples if args.examples is not None else (None if args.duration else 200)
     campaign = Campaign(config, workers=args.workers, examples=examples,
-                        duration=args.duration, seed=args.seed, db=args.db, steps=args.steps)
+                        duration=args.duration, seed=args.seed, db=args.db, steps=args.steps,
+                        shrink_budget=args.shrink_budget)
     try:
         outcome = run_campaign(campaign, database=database,
                                progress=None if line is None else (lambda p: line.show(render(p))))

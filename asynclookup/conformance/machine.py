@@ -46,7 +46,7 @@ from hypothesis.stateful import (
 
 from asynclookup.conformance.counterexample import Call, ConformanceError
 from asynclookup.conformance.driver import Driver
-from asynclookup.conformance.replay import shrink
+from asynclookup.conformance.replay import SHRINK_BUDGET, shrink
 from asynclookup.conformance.targets.adapter import GENERATED_ONLY_IF_HAD, Plan, plan_kinds
 from asynclookup.conformance.targets.inner_tier import dispose_inner_tier, make_inner_tier
 from asynclookup.conformance.targets.load import load_target
@@ -407,7 +407,7 @@ def run(
     steps: int = 50,
     stats: Stats | None = None,
     backend: str | None = None,
-    shrink_budget: float = 20.0,
+    shrink_budget: float = SHRINK_BUDGET,
 ) -> Stats:
     """Run the machine; return the stats, or raise the shrunk ConformanceError.
 

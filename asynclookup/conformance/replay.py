@@ -39,6 +39,8 @@ Step = tuple[str, tuple[Any, ...]]
 QUICK_WAIT = 0.5  # seconds a threaded shrink candidate waits for what the spec owes
 CONFIRMED_AT_MOST = 6  # threaded: shrunk candidates confirmed at the full bound, smallest first
 
+SHRINK_BUDGET = 20.0  # seconds the shrinker works on a violation, unless told otherwise
+
 
 def open_replay(
     target: FuzzTarget | str, *, mode: str = "stepped", tier: str = "memory",
@@ -79,7 +81,7 @@ def replay(
     return None
 
 
-def shrink(error: ConformanceError, budget: float = 20.0) -> ConformanceError:
+def shrink(error: ConformanceError, budget: float = SHRINK_BUDGET) -> ConformanceError:
     """The shortest, simplest replay found within ``budget`` seconds breaking the same property.
 
     Threaded replays depend on the worker thread's timing, so there a candidate

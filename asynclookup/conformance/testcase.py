@@ -27,11 +27,10 @@ from typing import Any
 
 from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.machine import FuzzConfig, Stats, run
+from asynclookup.conformance.replay import SHRINK_BUDGET
 from asynclookup.conformance.targets.adapter import faults_text
 from asynclookup.conformance.targets.target import FuzzTarget
 from asynclookup.conformance.targets.vllm import load_impl
-
-SHRINK_SECONDS = 20.0  # the shrinker's budget when ``shrink`` is on
 
 
 def conformance_test_case(
@@ -106,7 +105,7 @@ def check_conformance(
         strict_efficiency=strict_efficiency,
     )
     return run(config, examples=examples, steps=steps, seed=seed, stats=stats,
-               shrink_budget=SHRINK_SECONDS if shrink else 0.0)
+               shrink_budget=SHRINK_BUDGET if shrink else 0.0)
 
 
 def impl_target(
