@@ -85,6 +85,28 @@ def test_enqueue_once_assert_after_an_early_drain_is_exactly_once() -> None:
     assert "enqueue-once" in caught.value.violation.detail
 
 
+def test_a_forced_miss_then_a_cleanup_is_still_exactly_once() -> None:
+    """As above, but the request is cleaned up before it asks again, so the probe is an
+    orphan with a posted False.  No drain could have applied that result (the one due
+    came before the post), so the False delivered is mark_miss's: property 3, not 2
+    (an orphan's result delivered; a search that moved the seeds once named the fork
+    2 this way)."""
+    driver = _scripted("MarkMissBeforeEnqueueOnce")
+    try:
+        driver.lookup(b"k0", "C")
+        driver.flush()
+        driver.lookup(b"k1", "B")  # the drain due after the flush: nothing posted yet
+        driver.answer(Plan(bits=(False,)))
+        driver.settle()
+        driver.mark_miss([b"k0"])  # the bug: the in-flight probe gets False
+        driver.cleanup("C")  # k0's probe is in flight, so it stays, an orphan
+        with pytest.raises(ConformanceError) as caught:
+            driver.lookup(b"k0", "C")  # False, where the spec has None
+    finally:
+        driver.close()
+    assert caught.value.violation.number == 3, str(caught.value)
+
+
 def _cancel_shared_probe(driver: Driver) -> None:
     """A's k1 probe, shared by B, still queued behind A's k0 call; cleanup('A') cancels it."""
     driver.lookup(b"k0", "A")

@@ -117,3 +117,25 @@ def test_a_stale_probe_sent_under_a_sharers_context_is_property_9() -> None:
     finally:
         driver.close()
     assert caught.value.violation.number == 9, str(caught.value)
+
+
+def test_a_stale_entry_submitted_beside_its_live_twin_is_property_1() -> None:
+    """A flush that does not re-validate submits B's stale k1 entry; B then asks for k1
+    again, and the next flush submits B's live k1 and k2.  The worker's first call,
+    [k1] for B, is the stale batch: not a group the spec holds (B's is [k1, k2]), and
+    every key of it is one whose entry for B a flush dropped, so property 1, not 9 (a
+    search that moved the seeds once named this copy 9)."""
+    driver = Driver(impl_factory("tests.strangers.per_key_simplequeue:FlushSubmitsWholeBatch"),
+                    mode="threaded", strict_efficiency=True)
+    try:
+        driver.lookup(b"k1", "B")
+        driver.cleanup("B")
+        driver.flush()  # the spec drops B's k1 entry; this class submits it
+        driver.lookup(b"k1", "B")
+        driver.lookup(b"k2", "B")
+        driver.flush()
+        with pytest.raises(ConformanceError) as caught:
+            driver.answer()  # [k1] for B: the stale batch
+    finally:
+        driver.close()
+    assert caught.value.violation.number == 1, str(caught.value)

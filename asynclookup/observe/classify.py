@@ -311,8 +311,10 @@ def _lookup(checker: Checker, obs: LookupSeen, states: list[State]) -> tuple[int
     stale = any((obs.key, p.generation) in checker.stale for p in probes)
     if stale:
         return 2, f"{said}: a stale result (of an older generation) was applied by key"
+    # an orphan's posted result delivered: only where this lookup drains (else no drain
+    # since the post could have applied it, and a False is mark_miss's, below)
     orphaned = any(
-        r.key == obs.key and (p := core.probe_of(s, r.key)) is not None
+        s.drain_due and r.key == obs.key and (p := core.probe_of(s, r.key)) is not None
         and p.generation == r.generation and not p.requesters
         for s in states for r in s.posted
     )
@@ -418,4 +420,12 @@ def _tier_call(checker: Checker, obs: TierCallSeen, states: list[State]) -> tupl
                 f"{call}: {key!r} was batched for {mine[0].request!r}, "
                 "so it must be probed with that request's context"
             )
+    if all((key, obs.request) in checker.dropped for key in obs.keys):
+        # not a group of the batch in hand, and every key of it is one this request's
+        # entry for was stale at a flush: that stale entry was submitted anyway
+        return 1, (
+            f"{call}: {obs.request!r}'s entries for these keys were stale at a flush "
+            "(cleaned up or superseded), so they must have been dropped; the call is "
+            "not a group of the batch in hand, but the stale entries submitted anyway"
+        )
     return 9, f"{call}: a tier call must hold exactly one request's group of the batch in hand"
