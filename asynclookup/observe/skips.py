@@ -150,23 +150,21 @@ def name_skip(
                 "probing it again means cleanup cancelled that probe, which it must keep "
                 "(in_flight_probes_survive_cleanup)"
             )
-    for state in states:
-        left = skipped(state, obs)
-        if left is not None and all(cancellable(state, e, orphaned) for e in left):
-            return 8, (
-                f"{call}, a group of a later batch, and never {_shown(left)}: their "
-                "requests were cleaned up while the probes were in flight, and cleanup "
-                "cancelled them, which it must not (in_flight_probes_survive_cleanup)"
-            )
-    for state in states:
-        left = cut(state, obs)
-        if left is not None and all(_shared(state, e, orphaned) for e in left):
-            return 8, (
-                f"{call}, {obs.request!r}'s group without {_shown(left)}: their "
-                "requests were cleaned up while the probes were in flight, and cleanup "
-                "cancelled them although other requests share them, which it must not "
-                "(in_flight_probes_survive_cleanup)"
-            )
+    # a later batch's group, or a group cut short: what it left behind was cancelled
+    ways = (
+        (skipped, cancellable, "a group of a later batch, and never ", ""),
+        (cut, _shared, f"{obs.request!r}'s group without ",
+         " although other requests share them"),
+    )
+    for find, may_cancel, what, shared in ways:
+        for state in states:
+            left = find(state, obs)
+            if left is not None and all(may_cancel(state, e, orphaned) for e in left):
+                return 8, (
+                    f"{call}, {what}{_shown(left)}: their requests were "
+                    "cleaned up while the probes were in flight, and cleanup cancelled "
+                    f"them{shared}, which it must not (in_flight_probes_survive_cleanup)"
+                )
     for state in states:
         left = skipped(state, obs)
         if left is not None:
