@@ -64,18 +64,24 @@ def _scripted(impl: str, **options: Any) -> Driver:
     return Driver(impl_factory(f"tests.forks.vllm_fork:{impl}"), mode="threaded", **options)
 
 
+def _force_a_miss_in_flight(driver: Driver, request: str) -> None:
+    """``request``'s k0 probe in flight, its False result posted, then mark_miss([k0]):
+    the fork's bug forces False on that in-flight probe."""
+    driver.lookup(b"k0", request)
+    driver.flush()
+    driver.lookup(b"k1", "B")  # the drain due after the flush: nothing posted yet
+    driver.answer(Plan(bits=(False,)))
+    driver.settle()
+    driver.mark_miss([b"k0"])
+
+
 def test_enqueue_once_assert_after_an_early_drain_is_exactly_once() -> None:
     """mark_miss forces False on an in-flight probe whose False result was posted; the
     lookup's False is explained by an early drain, and the flush that then applies the
     result trips the enqueue-once assert: property 3, not 7."""
     driver = _scripted("MarkMissBeforeEnqueueOnce")
     try:
-        driver.lookup(b"k0", "A")
-        driver.flush()
-        driver.lookup(b"k1", "A")  # the drain due after the flush: nothing posted yet
-        driver.answer(Plan(bits=(False,)))
-        driver.settle()
-        driver.mark_miss([b"k0"])
+        _force_a_miss_in_flight(driver, "A")
         driver.lookup(b"k0", "A")  # False: the spec's early drain explains it
         with pytest.raises(ConformanceError) as caught:
             driver.flush()
@@ -93,12 +99,7 @@ def test_a_forced_miss_then_a_cleanup_is_still_exactly_once() -> None:
     2 this way)."""
     driver = _scripted("MarkMissBeforeEnqueueOnce")
     try:
-        driver.lookup(b"k0", "C")
-        driver.flush()
-        driver.lookup(b"k1", "B")  # the drain due after the flush: nothing posted yet
-        driver.answer(Plan(bits=(False,)))
-        driver.settle()
-        driver.mark_miss([b"k0"])  # the bug: the in-flight probe gets False
+        _force_a_miss_in_flight(driver, "C")
         driver.cleanup("C")  # k0's probe is in flight, so it stays, an orphan
         with pytest.raises(ConformanceError) as caught:
             driver.lookup(b"k0", "C")  # False, where the spec has None
