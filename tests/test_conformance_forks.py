@@ -158,6 +158,32 @@ def test_a_call_left_short_by_a_cancelled_probe_is_the_same_finding() -> None:
     assert "group without" in caught.value.violation.detail, str(caught.value)
 
 
+def test_a_cancelled_group_skipped_after_its_request_asked_again_is_the_same_finding(
+) -> None:
+    """cleanup('A') cancels A's queued k1 group (k1 shared by C), then A asks for k1 again,
+    so the spec has A a requester of that probe once more.  The worker skips the
+    cancelled group for C's later one: property 8 (a cleanup came while the group was
+    in flight), not 6 (a batch taken early; a loaded CI machine named the fork 6 this
+    way on seed 3)."""
+    driver = _scripted("CleanupCancelsSharedProbe", strict_efficiency=True)
+    try:
+        driver.lookup(b"k2", "B")
+        driver.flush()  # the worker calls the tier for k2 and blocks there
+        driver.lookup(b"k1", "A")
+        driver.lookup(b"k1", "C")
+        driver.flush()
+        driver.lookup(b"k0", "C")
+        driver.flush()
+        driver.cleanup("A")  # the bug: A's k1 group, C's probe too, is cancelled
+        driver.lookup(b"k1", "A")  # the spec: A joins the in-flight probe again
+        driver.answer()  # k2 for B
+        with pytest.raises(ConformanceError) as caught:
+            driver.answer()  # [k0] for C: A's k1 group was skipped
+    finally:
+        driver.close()
+    assert caught.value.violation.number == 8, str(caught.value)
+
+
 def test_a_cancelled_call_that_never_comes_is_the_same_finding() -> None:
     """Without B asking again, the cancelled call just never comes: still property 8."""
     driver = _scripted("CleanupCancelsSharedProbe", strict_efficiency=True, wait_bound=SHORT_WAIT)

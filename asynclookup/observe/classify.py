@@ -93,6 +93,9 @@ class Checker(Protocol):
     @property
     def orphaned(self) -> Collection[tuple[bytes, str, int]]: ...
 
+    @property
+    def cleaned(self) -> Mapping[str, int]: ...
+
 
 def classify(
     checker: Checker, obs: Observation, before: Mapping[State, bool]
@@ -131,7 +134,7 @@ def classify(
     if isinstance(obs, Stalled):
         if not obs.worker_alive:
             return 7, f"the worker died: no {obs.waiting_for} came and its thread is gone"
-        cancelled = skips.name_stall(states, obs.waiting_for, checker.orphaned)
+        cancelled = skips.name_stall(states, obs.waiting_for, checker.orphaned, checker.cleaned)
         if cancelled is not None:
             return cancelled
         return 6, f"no {obs.waiting_for} came within the bound although the spec owes one"
@@ -168,7 +171,7 @@ def classify(
     if isinstance(obs, WorkerDied):
         return 7, f"the worker died before shutdown{': ' + obs.reason if obs.reason else ''}"
     if isinstance(obs, ShutdownSeen):
-        cancelled = skips.name_short_shutdown(states, checker.orphaned)
+        cancelled = skips.name_short_shutdown(states, checker.orphaned, checker.cleaned)
         if cancelled is not None:
             return cancelled
         return 6, "shutdown() returned although the batch in hand was not probed and posted" + (
@@ -403,7 +406,7 @@ def _tier_call(checker: Checker, obs: TierCallSeen, states: list[State]) -> tupl
             "was submitted beside the live one"
         )
     if not any((key, obs.request) in checker.dropped for key in obs.keys):
-        skip = skips.name_skip(states, obs, call, checker.orphaned)
+        skip = skips.name_skip(states, obs, call, checker.orphaned, checker.cleaned)
         if skip is not None:
             return skip
     for state in states:

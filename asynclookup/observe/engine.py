@@ -323,6 +323,7 @@ class Checker(Notes):
         if isinstance(obs, LookupSeen):
             return self._each(lambda s: self._lookups(s, obs))
         if isinstance(obs, CleanupSeen):
+            self._note_cleanup(obs.request)
             return self._cleanup(obs.request)
         if isinstance(obs, FlushSeen):
             self._note_flush((e, core.probe_of(s, e.key)) for s in self._states for e in s.batch)

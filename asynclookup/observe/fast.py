@@ -212,6 +212,7 @@ class FastChecker(Apart):
 
     def cleanup(self, request: str, obs: Any = None) -> Violation | None:
         """``cleanup(request)``: the spec's, plus (tagged) one that also deletes orphans."""
+        self._note_cleanup(request)
         if self._solo() is not None and self._cleanup_in_place(request):
             return None
         if self.hidden_worker and self._cleanup_apart(request):

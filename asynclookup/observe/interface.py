@@ -78,7 +78,10 @@ class Notes:
     mark_miss named; whether the last flush, or any, dropped stale entries in
     some state, and which (key, request) entries; probes a stale result could hit;
     the (key, request, generation) entries a flush submitted although their request
-    had been cleaned up before it (so no cleanup cancelled them in flight).
+    had been cleaned up before it (so no cleanup cancelled them in flight); and for
+    each request, the generations every flush before its last cleanup had submitted
+    (below the number kept: its entries of a lower generation were in flight at
+    that cleanup, even if the request asked again since).
     """
 
     def __init__(self) -> None:
@@ -89,12 +92,19 @@ class Notes:
         self.ever_dropped = False  # some flush did
         self.stale: set[tuple[bytes, int]] = set()  # a probe that a stale result could hit
         self.orphaned: set[tuple[bytes, str, int]] = set()  # submitted after their cleanup
+        self.cleaned: dict[str, int] = {}  # request -> flushed_below at its last cleanup
+        self.flushed_below = 0  # every entry of a lower generation was flushed
 
     def take_notes(self, other: Notes) -> None:
         """Hold ``other``'s notes (the same containers: one engine takes over another)."""
         self.faulty, self.missed, self.stale = other.faulty, other.missed, other.stale
         self.flush_dropped, self.ever_dropped = other.flush_dropped, other.ever_dropped
         self.dropped, self.orphaned = other.dropped, other.orphaned
+        self.cleaned, self.flushed_below = other.cleaned, other.flushed_below
+
+    def _note_cleanup(self, request: str) -> None:
+        """``request`` cleaned up: its entries flushed so far were in flight then."""
+        self.cleaned[request] = self.flushed_below
 
     def _note_flush(self, batched: Iterable[Batched]) -> None:
         """A flush of these batch entries, each with its key's probe in its state (maybe
@@ -103,11 +113,15 @@ class Notes:
         submits the (key, request, generation) of those whose request was cleaned up."""
         dropped: set[tuple[bytes, str]] = set()
         orphaned: set[tuple[bytes, str, int]] = set()
+        below = self.flushed_below
         for e, p in batched:  # e: key, request, generation; p: generation, .., requesters
+            if e[2] >= below:
+                below = e[2] + 1
             if p is None or p[0] != e[2]:
                 dropped.add((e[0], e[1]))
             elif e[1] not in p[3]:
                 orphaned.add((e[0], e[1], e[2]))
+        self.flushed_below = below
         self.flush_dropped = bool(dropped)
         self.dropped |= dropped
         self.orphaned |= orphaned
@@ -123,6 +137,10 @@ class Notes:
         keys = {key for key, _ in live}
         self.dropped = {(key, request) for key, request in self.dropped if key in keys}
         self.orphaned = {e for e in self.orphaned if (e[0], e[2]) in live}
+        lowest = min((g for _, g in live), default=None)  # no live entry is older
+        self.cleaned = {
+            r: g for r, g in self.cleaned.items() if lowest is not None and g > lowest
+        }
 
 
 class Engine(Protocol):

@@ -37,22 +37,28 @@ two apart (docs/oracle.md, "Known limits").
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from asynclookup.observe.observations import TierCallSeen
 from asynclookup.spec import core
 from asynclookup.spec.core import Entry, State
 
 Orphaned = Collection[tuple[bytes, str, int]]  # entries a flush submitted after their cleanup
+Cleaned = Mapping[str, int]  # request -> below it, its entries were in flight at a cleanup
 
 
-def cancellable(state: State, entry: Entry, orphaned: Orphaned = ()) -> bool:
+def cancellable(
+    state: State, entry: Entry, orphaned: Orphaned = (), cleaned: Cleaned | None = None
+) -> bool:
     """Whether ``entry`` is one a cleanup of its request could have cancelled: its
-    request is not a requester of the entry's probe any more, or the entry is stale;
-    not one whose request was cleaned up before the flush that submitted it (in
-    ``orphaned``): no cleanup came while that probe was in flight."""
+    request is not a requester of the entry's probe any more, or the entry is stale,
+    or its request was cleaned up while it was in flight (``cleaned``) and asked
+    again since; not one whose request was cleaned up before the flush that
+    submitted it (in ``orphaned``): no cleanup came while that probe was in flight."""
     if (entry.key, entry.request, entry.generation) in orphaned:
         return False
+    if cleaned is not None and cleaned.get(entry.request, 0) > entry.generation:
+        return True
     p = core.probe_of(state, entry.key)
     return p is None or p.generation != entry.generation or entry.request not in p.requesters
 
@@ -69,10 +75,14 @@ def cleaned_up(state: State, entry: Entry, orphaned: Orphaned = ()) -> bool:
         entry.request not in p.requesters)
 
 
-def _shared(state: State, entry: Entry, orphaned: Orphaned = ()) -> bool:
+def _shared(
+    state: State, entry: Entry, orphaned: Orphaned = (), cleaned: Cleaned | None = None
+) -> bool:
     """``cleaned_up``, and the probe still has requesters: the cleanup of the request it
     was batched for left it to others, so cancelling it was the cleanup's doing (a probe
-    left without requesters that a call leaves out is named by the call, 9)."""
+    left without requesters that a call leaves out is named by the call, 9).  (Not
+    ``cleaned``: a request that asked again shares its probe, and a call without it is
+    short of a live request's key.)"""
     p = core.probe_of(state, entry.key)
     return cleaned_up(state, entry, orphaned) and p is not None and bool(p.requesters)
 
@@ -137,7 +147,8 @@ def reprobed(
 
 
 def name_skip(
-    states: list[State], obs: TierCallSeen, call: str, orphaned: Orphaned = ()
+    states: list[State], obs: TierCallSeen, call: str, orphaned: Orphaned = (),
+    cleaned: Cleaned | None = None,
 ) -> tuple[int, str] | None:
     """The property a tier call that skipped owed groups breaks, and why; None when the
     call is no skip (``classify`` names it otherwise)."""
@@ -159,7 +170,7 @@ def name_skip(
     for find, may_cancel, what, shared in ways:
         for state in states:
             left = find(state, obs)
-            if left is not None and all(may_cancel(state, e, orphaned) for e in left):
+            if left is not None and all(may_cancel(state, e, orphaned, cleaned) for e in left):
                 return 8, (
                     f"{call}, {what}{_shown(left)}: their requests were "
                     "cleaned up while the probes were in flight, and cleanup cancelled "
@@ -177,13 +188,14 @@ def name_skip(
 
 
 def name_stall(
-    states: list[State], waiting_for: str, orphaned: Orphaned = ()
+    states: list[State], waiting_for: str, orphaned: Orphaned = (),
+    cleaned: Cleaned | None = None,
 ) -> tuple[int, str] | None:
     """A tier call that never came, when every call owed is of probes whose requests were
     cleaned up while they were in flight: cleanup cancelled them (8); else None."""
     for state in states:
         owed = list(state.held) + [e for batch in state.queue for e in batch]
-        if owed and all(cancellable(state, e, orphaned) for e in owed):
+        if owed and all(cancellable(state, e, orphaned, cleaned) for e in owed):
             return 8, (
                 f"no {waiting_for} came for {_shown(tuple(owed))}, whose requests were "
                 "cleaned up while the probes were in flight: cleanup cancelled them, "
@@ -193,14 +205,14 @@ def name_stall(
 
 
 def name_short_shutdown(
-    states: list[State], orphaned: Orphaned = ()
+    states: list[State], orphaned: Orphaned = (), cleaned: Cleaned | None = None
 ) -> tuple[int, str] | None:
     """A shutdown that returned without probing the batch in hand, when every entry of it
     is of a probe whose request was cleaned up while it was in flight: cleanup
     cancelled them (8); else None."""
     for state in states:
         in_hand = state.held or (state.queue[0] if state.queue else ())
-        if in_hand and all(cancellable(state, e, orphaned) for e in in_hand):
+        if in_hand and all(cancellable(state, e, orphaned, cleaned) for e in in_hand):
             return 8, (
                 f"shutdown() returned without probing {_shown(tuple(in_hand))}, whose "
                 "requests were cleaned up while the probes were in flight: cleanup "
