@@ -7,7 +7,9 @@ finds no state that explains them, and ``asynclookup.observe.classify`` asks
 this module what the skip was:
 
 - every entry skipped is one whose request is no longer a requester of its
-  probe (cleaned up), or a stale one: the implementation's cleanup cancelled a
+  probe (cleaned up), or was cleaned up while it was in flight and asked again
+  since (the engines note what was flushed at each cleanup: ``Notes.cleaned``),
+  or a stale one: the implementation's cleanup cancelled a
   probe still in flight.  Cleanup must keep an IN_FLIGHT probe (property 8,
   ``in_flight_probes_survive_cleanup``), and the requests left probe the key
   again.  The same skip seen as a stall (the cancelled call never comes), as a
