@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -289,3 +290,24 @@ def test_an_entry_submitted_after_its_requests_cleanup_is_noted_and_then_forgott
         assert checker.observe(obs) is None
     checker.forget_stale_notes()
     assert checker.orphaned == set()
+
+
+@pytest.mark.parametrize("engine", [oracle.Checker, FastChecker], ids=["exact", "fast"])
+def test_cleanup_notes_stay_bounded_in_a_long_trace(engine: Any) -> None:
+    """Each cleanup notes its request (``Notes.cleaned``); once nothing a request sent is
+    in flight, forgetting stale notes drops it, so a long trace of many requests keeps
+    the note bounded (and it is pruned even when no other note is kept)."""
+    checker = engine(hidden_worker=False, tagged_kept=4)
+    for i in range(200):
+        key, request = f"k{i}".encode(), f"R{i}"
+        for obs in (
+            oracle.LookupSeen(key, request, None), oracle.FlushSeen(), oracle.TakeBatchSeen(True),
+            oracle.TierCallSeen((key,), request, oracle.Answer((False,))),
+            oracle.ProbeGroupSeen(True), oracle.PostSeen(True), oracle.DrainSeen(),
+            oracle.CleanupSeen(request),
+        ):
+            assert checker.observe(obs) is None, obs
+        if i % 50 == 49:
+            checker.forget_stale_notes()
+    assert len(checker.cleaned) <= 1, checker.cleaned
+

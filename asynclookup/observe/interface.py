@@ -128,7 +128,7 @@ class Notes:
         self.ever_dropped = self.ever_dropped or self.flush_dropped
 
     def _has_probe_notes(self) -> bool:
-        return bool(self.faulty or self.missed or self.dropped or self.orphaned)
+        return bool(self.faulty or self.missed or self.dropped or self.orphaned or self.cleaned)
 
     def _keep_notes_on(self, live: set[tuple[bytes, int]]) -> None:
         """Drop the notes on (key, generation) pairs, and keys, outside ``live``."""
