@@ -26,6 +26,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import venv
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -519,3 +520,51 @@ def test_a_docs_pytest_line_must_give_the_exit_code_it_shows(tmp_path: Path) -> 
                    "```sh\npytest -q test_planted.py   # exit 1\n```\n", encoding="utf-8")
     with pytest.raises(ExampleError, match=r"`pytest -q test_planted\.py` exited 0, expected 1"):
         run_file(doc, tmp_path / "work")
+
+
+class _ProbesOnce:
+    """A class whose worker makes one tier call, at the first flush, and no other."""
+
+    def __init__(self, tier_type: str) -> None:
+        self.tier_type = tier_type
+        self._worker: threading.Thread | None = None
+
+    def batch_lookup(self, keys: list[bytes], req_context: object) -> list[bool]:
+        raise NotImplementedError(self.tier_type)
+
+    def lookup(self, key: bytes, req_context: object) -> None:
+        return None
+
+    def flush(self) -> None:
+        if self._worker is None:
+            context = harness.Context("A")
+            self._worker = threading.Thread(
+                target=lambda: self.batch_lookup([b"k0"], context), daemon=True)
+            self._worker.start()
+
+    def drain_results(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        if self._worker is not None:
+            self._worker.join(harness.CALL_WAIT)
+
+
+def test_an_owed_tier_call_that_never_comes_says_what_the_tier_was_asked() -> None:
+    """A tier call the protocol owes that never comes: the message names the call owed
+    as the class would make it, and what the tier was asked about its keys so far."""
+    run = harness.Run(harness.Shape(_ProbesOnce))
+    owed = {("A", (b"k0",))}
+    run.lookup(b"k0", "A", (None,))
+    run.flush()
+    run.answer(Plan("short"), owed, owed=True)
+    with pytest.raises(AssertionError) as failed:
+        run.answer(Plan(), owed, owed=True, breaks=6)
+    run.__exit__()
+    assert str(failed.value) == (
+        "step 4, the worker's tier call: no tier call came within 3.0 s, yet the "
+        "protocol owes one ([b'k0'] for 'A')\n"
+        "b'k0' never got a verdict: the tier was asked [b'k0'] for 'A' at step 3 "
+        "and answered []\n"
+        "That breaks property 6 (progress): docs/properties.md#6-progress"
+    )

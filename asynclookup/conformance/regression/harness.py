@@ -188,6 +188,12 @@ def _either(allowed: Any) -> str:
     return " or ".join(sorted(map(repr, allowed))) if allowed else "nothing"
 
 
+def _calls(allowed: Any) -> str:
+    """Tier calls, each ``(request, keys)``, as ``[keys] for 'request'``."""
+    shown = sorted(f"{list(keys)!r} for {request!r}" for request, keys in allowed)
+    return " or ".join(shown) if shown else "no tier call"
+
+
 class Run:
     """The class under test with the scripted tier, and the checks after each call.
 
@@ -277,8 +283,12 @@ class Run:
         call = self.tier.take(asks, WAIT if owed else UNOWED_WAIT)
         if call is None:
             if owed and not self.unchecked:
+                told = "".join(
+                    f"\n{key!r} never got a verdict: the tier "
+                    + ("; ".join(self._asked_about(key)) or "was never asked about it")
+                    for key in sorted({k for _, keys in allowed for k in keys}))
                 self._fail(f"no tier call came within {WAIT} s, yet the protocol owes "
-                           f"one ({_either(allowed)})", breaks)
+                           f"one ({_calls(allowed)}){told}", breaks)
             self._after(None, branches, unchecked, False, check=False)
             return
         self.tier.hold(call, plan)
@@ -286,7 +296,7 @@ class Run:
         outcome = (call.request, call.keys)
         if not self.unchecked and outcome not in allowed:
             self._fail(f"the worker asked the tier about {list(call.keys)!r} for "
-                       f"{call.request!r}; the protocol allows {_either(allowed)}",
+                       f"{call.request!r}; the protocol allows {_calls(allowed)}",
                        breaks)
         self._after(outcome, branches, unchecked, empty)
 
