@@ -137,3 +137,28 @@ def test_a_threaded_shrink_that_does_not_hold_at_the_full_bound_is_dropped() -> 
     error = found.value
     assert error.violation.number == 6
     assert shrink(error, budget=4.0) is error
+
+
+def test_a_stuck_probe_found_by_asking_again_shrinks_to_its_own_requester_asking() -> None:
+    """A probe whose result is never posted, found only by the leak check asking again
+    after its request's cleanup (four calls of the oracle's), shrinks to the request
+    asking again itself, without the cleanup: no deletion of calls gets there."""
+    impl = "tests.outside.callback_style:PostsAfterNextTake"
+    driver = Driver(impl_factory(impl), mode="threaded",
+                    config={"target": f"impl:{impl}", "tier": "memory"})
+    try:
+        with pytest.raises(ConformanceError) as found:
+            driver.lookup(b"k0", "A")
+            driver.flush()
+            driver.cleanup("A")
+            driver.answer()
+            driver.settle()
+            driver.await_empty()  # the leak check: then a new request asks for k0
+    finally:
+        driver.close()
+    error = found.value
+    assert error.violation.number == 6 and len(error.calls) == 9, str(error)
+    small = shrink(error, budget=15.0)
+    assert small.violation.number == 6, str(small)
+    assert [c.method for c in small.calls] == [
+        "lookup", "flush", "answer", "settle", "await_verdict"], str(small)

@@ -119,6 +119,48 @@ def test_a_stale_probe_sent_under_a_sharers_context_is_property_9() -> None:
     assert caught.value.violation.number == 9, str(caught.value)
 
 
+def test_another_requests_group_asked_with_a_cleaned_up_requests_context_is_9() -> None:
+    """B's k2 entry goes stale (cleanup), A asks for k2 and B for k1: the batch's groups
+    are A's [k2] and B's [k1].  The copy asks A's group with the batch's last context,
+    B's: [k2] for B.  B's stale k2 entry, had it been submitted, would have come in
+    B's own group beside k1, so this is the wrong context (9), not a stale entry
+    submitted (1), which a search that moved the seeds once named it."""
+    driver = Driver(impl_factory("tests.strangers.asyncio_loop:LastRequestContext"),
+                    mode="threaded", strict_efficiency=True)
+    try:
+        driver.lookup(b"k2", "B")
+        driver.cleanup("B")
+        driver.lookup(b"k2", "A")
+        driver.lookup(b"k1", "B")
+        driver.flush()
+        with pytest.raises(ConformanceError) as caught:
+            driver.answer()  # [k2] for B: A's group, B's context
+            driver.answer()
+    finally:
+        driver.close()
+    assert caught.value.violation.number == 9, str(caught.value)
+
+
+def test_a_stale_entry_submitted_while_its_request_asks_again_is_property_1() -> None:
+    """B's k1 entry goes stale (cleanup) and this copy submits it at the flush; B then
+    asks for k1 again (a new probe, not yet flushed).  The call [k1] for B is the stale
+    entry submitted (1), not a second probe of one B shares (8: that needs the first in
+    flight at a cleanup), which a search that moved the seeds once named it."""
+    driver = Driver(impl_factory("tests.strangers.per_key_simplequeue:FlushSubmitsWholeBatch"),
+                    mode="threaded", strict_efficiency=True)
+    try:
+        driver.lookup(b"k1", "B")
+        driver.cleanup("B")
+        driver.flush()  # the spec drops B's k1 entry; this class submits it
+        with pytest.raises(ConformanceError) as caught:
+            driver.lookup(b"k1", "B")
+            driver.answer()
+            driver.shutdown()
+    finally:
+        driver.close()
+    assert caught.value.violation.number == 1, str(caught.value)
+
+
 def test_a_stale_entry_submitted_beside_its_live_twin_is_property_1() -> None:
     """A flush that does not re-validate submits B's stale k1 entry; B then asks for k1
     again, and the next flush submits B's live k1 and k2.  The worker's first call,

@@ -30,7 +30,7 @@ from asynclookup.conformance.counterexample import (
     ShrinkReport,
 )
 from asynclookup.conformance.driver import Driver
-from asynclookup.conformance.eventually import WAIT_BOUND
+from asynclookup.conformance.eventually import ASKED_AGAIN, WAIT_BOUND
 from asynclookup.conformance.targets.adapter import Plan
 from asynclookup.conformance.targets.bounded import CALL_BOUND, CONSTRUCT_BOUND
 from asynclookup.conformance.targets.target import FuzzTarget
@@ -87,7 +87,8 @@ def shrink(error: ConformanceError, budget: float = SHRINK_BUDGET) -> Conformanc
     Threaded replays depend on the worker thread's timing, so there a candidate
     gets up to two tries and is kept only if its recorded calls break the
     property once more; the run with a settle after every run of answers is
-    tried first.  A
+    tried first.  A run that ends in the leak check's asking again is tried as
+    its own requester asking again (``_asked_directly``).  A
     candidate waits only ``QUICK_WAIT`` for a tier call or a post the spec owes
     (a counterexample that ends in one that never comes would otherwise cost the
     whole bound a candidate); the kept candidates are then replayed with the
@@ -155,6 +156,9 @@ def _shrink(error: ConformanceError, budget: float, report: ShrinkReport) -> Con
     inert = _without_inert_cleanups(_steps(best.calls))
     if inert != _steps(best.calls):
         attempt(inert)
+    direct = _asked_directly(_steps(best.calls))
+    if direct is not None:
+        attempt(direct)
 
     if threaded:
         # Threaded: the calls after an answer may matter only as time for the worker
@@ -251,6 +255,28 @@ def _without_inert_cleanups(steps: list[Step]) -> list[Step]:
             asked.discard(args[0])
         kept.append((method, args))
     return kept
+
+
+def _asked_directly(steps: list[Step]) -> list[Step] | None:
+    """A run that ends in the leak check asking again about a held key (a new request's
+    lookup of it): the same run with the key's last requester kept, not cleaned up,
+    asking again itself (``await_verdict``).  A stuck probe shows so without the
+    leak check's four calls; deleting calls never turns a cleanup into a question."""
+    asked = [i for i, (method, args) in enumerate(steps)
+             if method == "lookup" and args[1:2] == (ASKED_AGAIN,)]
+    if not asked:
+        return None
+    head, key = steps[:asked[0]], steps[asked[0]][1][0]
+    if head and head[-1][0] == "await_empty":
+        head = head[:-1]
+    lookups = [i for i, (method, args) in enumerate(head)
+               if method == "lookup" and args[0] == key]
+    if not lookups:
+        return None
+    request = head[lookups[-1]][1][1]
+    kept = [step for i, step in enumerate(head)
+            if i < lookups[-1] or step != ("cleanup", (request,))]
+    return [*kept, ("await_verdict", (key, request))]
 
 
 def _steps(calls: Sequence[Call]) -> list[Step]:

@@ -10,10 +10,13 @@ it and says which rule the implementation broke, in the protocol's words:
   very probe while it was unresolved; a wrong bool from a faulty tier call is
   survival (7);
 - a tier call no state owes: a key the request already shares a probe of is a
-  redundant probe (8); a key with no live submitted probe is a cleaned-up entry
-  submitted (1); a call that skips owed groups is a probe cleanup cancelled (8)
-  or a batch taken early (6) (``asynclookup.observe.skips``); owed keys in the
-  wrong grouping or context are right context (9);
+  redundant probe (8), unless that probe was never in flight at a cleanup and the
+  request's own entry for the key was stale at a flush (that entry submitted: 1);
+  a key with no live submitted probe is a cleaned-up entry submitted (1); a call
+  that skips owed groups is a probe cleanup cancelled (8) or a batch taken early
+  (6) (``asynclookup.observe.skips``); owed keys in the wrong grouping or context
+  are right context (9), also where the request's stale entry shares the keys, if
+  the call is another request's group or the whole batch in hand;
 - a worker step the spec does not allow, a stall or a dead worker: progress (6),
   exactly once (3) or survival (7); a stall, or a shutdown that returns, on calls
   a cleanup cancelled: 8;
@@ -242,6 +245,32 @@ def raised(checker: Checker, obs: Observation, error: str) -> tuple[int, str]:
     return 7, detail
 
 
+def forced_then_cleaned(
+    checker: Checker, obs: Observation, efficient: Mapping[State, bool]
+) -> tuple[int, str] | None:
+    """Exactly once (3), where only a wasteful cleanup explains a second probe of a key
+    (``obs``) whose in-flight probe a mark_miss named: a mark_miss that forces an
+    in-flight probe to a verdict makes the same calls (the probe, resolved, is deleted
+    as an orphan at cleanup, as the protocol says), and the mark_miss is the evidence
+    at hand.  A class that deletes in-flight orphans at cleanup (8) is named so too
+    when a mark_miss named the probe first (docs/oracle.md, "Known limits")."""
+    if not isinstance(obs, TierCallSeen):
+        return None
+    for state in efficient:
+        for key in obs.keys:
+            p = core.probe_of(state, key)
+            if p is not None and p.phase is Phase.IN_FLIGHT and (
+                    key, p.generation) in checker.missed:
+                return 3, (
+                    f"the worker probed {list(obs.keys)!r} for {obs.request!r}: mark_miss "
+                    f"named {key!r}'s probe g{p.generation} while it was in flight; forced "
+                    "to a verdict, it was deleted at cleanup as a resolved orphan, so the "
+                    "key is probed a second time (mark_miss must leave PENDING and "
+                    "IN_FLIGHT probes alone)"
+                )
+    return None
+
+
 def efficiency_detail(checker: Checker, obs: Observation, efficient: Mapping[State, bool]) -> str:
     """Why only states with an inefficient cleanup explain ``obs``."""
     if isinstance(obs, Tables):
@@ -376,6 +405,27 @@ def _owed(state: State) -> list[core.Entry]:
     return list(state.held) + [e for batch in state.queue for e in batch]
 
 
+def _another_owed_group(states: list[State], obs: TierCallSeen) -> bool:
+    """Whether, in some state, ``obs``'s keys are exactly another request's group of the
+    batch in hand while ``obs.request`` has a group of its own there (grouped as the
+    protocol says, asked with the wrong context), or the keys of the whole batch in
+    hand, of several requests, in its order (groups merged).  A stale entry of
+    ``obs.request``'s, submitted anyway, would have come in its own group beside its
+    live keys, in the order it was batched."""
+    for state in states:
+        groups: dict[str, set[bytes]] = {}
+        for entry in state.held:
+            groups.setdefault(entry.request, set()).add(entry.key)
+        if obs.request in groups and any(
+            request != obs.request and keys == set(obs.keys)
+            for request, keys in groups.items()
+        ):
+            return True
+        if len(groups) > 1 and obs.keys == tuple(e.key for e in state.held):
+            return True  # the whole batch in one call, in its order: groups merged
+    return False
+
+
 def _tier_call(checker: Checker, obs: TierCallSeen, states: list[State]) -> tuple[int, str]:
     call = f"the worker probed {list(obs.keys)!r} for {obs.request!r}"
     if checker.stopped:
@@ -391,6 +441,15 @@ def _tier_call(checker: Checker, obs: TierCallSeen, states: list[State]) -> tupl
         ]
         if shared:
             p = shared[0]
+            # a second probe needs the first in flight at a cleanup, which deleted it;
+            # without one, this request's stale entry for the key was submitted (1)
+            cleaned_in_flight = p.phase is Phase.IN_FLIGHT and any(
+                below > p.generation for below in checker.cleaned.values())
+            if (key, obs.request) in checker.dropped and not cleaned_in_flight:
+                return 1, (
+                    f"{call}: {obs.request!r}'s entry for {key!r} was stale at a flush "
+                    "(cleaned up or superseded), so it must have been dropped"
+                )
             return 8, (
                 f"{call}: {obs.request!r} already shares {key!r}'s probe "
                 f"(g{p.generation} {p.phase.name}); probing it again is redundant"
@@ -409,12 +468,16 @@ def _tier_call(checker: Checker, obs: TierCallSeen, states: list[State]) -> tupl
         skip = skips.name_skip(states, obs, call, checker.orphaned, checker.cleaned)
         if skip is not None:
             return skip
+    # another request's group asked with this request's context is 9, even where this
+    # request's entry for those keys was stale: submitted anyway, that entry would have
+    # come in this request's own group, beside its live keys
+    whole = _another_owed_group(states, obs)
     for state in states:
         for key in obs.keys:
             mine = [e for e in _owed(state) if e.key == key]
             if not mine or any(e.request == obs.request for e in mine):
                 continue
-            if (key, obs.request) in checker.dropped:
+            if (key, obs.request) in checker.dropped and not whole:
                 return 1, (
                     f"{call}: {obs.request!r}'s entry for {key!r} was stale at a flush "
                     "(cleaned up or superseded), so it must have been dropped"
