@@ -16,7 +16,7 @@ it and says which rule the implementation broke, in the protocol's words:
   that skips owed groups is a probe cleanup cancelled (8) or a batch taken early
   (6) (``asynclookup.observe.skips``); owed keys in the wrong grouping or context
   are right context (9), also where the request's stale entry shares the keys, if
-  the call is another request's group or the whole batch in hand;
+  the call is exactly another request's group and the request has its own;
 - a worker step the spec does not allow, a stall or a dead worker: progress (6),
   exactly once (3) or survival (7); a stall, or a shutdown that returns, on calls
   a cleanup cancelled: 8;
@@ -245,32 +245,6 @@ def raised(checker: Checker, obs: Observation, error: str) -> tuple[int, str]:
     return 7, detail
 
 
-def forced_then_cleaned(
-    checker: Checker, obs: Observation, efficient: Mapping[State, bool]
-) -> tuple[int, str] | None:
-    """Exactly once (3), where only a wasteful cleanup explains a second probe of a key
-    (``obs``) whose in-flight probe a mark_miss named: a mark_miss that forces an
-    in-flight probe to a verdict makes the same calls (the probe, resolved, is deleted
-    as an orphan at cleanup, as the protocol says), and the mark_miss is the evidence
-    at hand.  A class that deletes in-flight orphans at cleanup (8) is named so too
-    when a mark_miss named the probe first (docs/oracle.md, "Known limits")."""
-    if not isinstance(obs, TierCallSeen):
-        return None
-    for state in efficient:
-        for key in obs.keys:
-            p = core.probe_of(state, key)
-            if p is not None and p.phase is Phase.IN_FLIGHT and (
-                    key, p.generation) in checker.missed:
-                return 3, (
-                    f"the worker probed {list(obs.keys)!r} for {obs.request!r}: mark_miss "
-                    f"named {key!r}'s probe g{p.generation} while it was in flight; forced "
-                    "to a verdict, it was deleted at cleanup as a resolved orphan, so the "
-                    "key is probed a second time (mark_miss must leave PENDING and "
-                    "IN_FLIGHT probes alone)"
-                )
-    return None
-
-
 def efficiency_detail(checker: Checker, obs: Observation, efficient: Mapping[State, bool]) -> str:
     """Why only states with an inefficient cleanup explain ``obs``."""
     if isinstance(obs, Tables):
@@ -407,11 +381,11 @@ def _owed(state: State) -> list[core.Entry]:
 
 def _another_owed_group(states: list[State], obs: TierCallSeen) -> bool:
     """Whether, in some state, ``obs``'s keys are exactly another request's group of the
-    batch in hand while ``obs.request`` has a group of its own there (grouped as the
-    protocol says, asked with the wrong context), or the keys of the whole batch in
-    hand, of several requests, in its order (groups merged).  A stale entry of
-    ``obs.request``'s, submitted anyway, would have come in its own group beside its
-    live keys, in the order it was batched."""
+    batch in hand while ``obs.request`` has a group of its own there: grouped as the
+    protocol says, asked with the wrong context.  A stale entry of ``obs.request``'s,
+    submitted anyway, would have come in its own group, beside its live keys.  (The
+    whole batch in one call, in its order, is no such sign: a stale entry of the
+    request's that shares its key with another request's live one looks the same.)"""
     for state in states:
         groups: dict[str, set[bytes]] = {}
         for entry in state.held:
@@ -421,8 +395,6 @@ def _another_owed_group(states: list[State], obs: TierCallSeen) -> bool:
             for request, keys in groups.items()
         ):
             return True
-        if len(groups) > 1 and obs.keys == tuple(e.key for e in state.held):
-            return True  # the whole batch in one call, in its order: groups merged
     return False
 
 

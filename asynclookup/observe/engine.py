@@ -42,13 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from asynclookup.observe.classify import (
-    NO_VALUE,
-    classify,
-    efficiency_detail,
-    forced_then_cleaned,
-    raised,
-)
+from asynclookup.observe.classify import NO_VALUE, classify, efficiency_detail, raised
 from asynclookup.observe.interface import ORACLE_BOUNDS, Notes, OracleLimitError, Violation
 from asynclookup.observe.observations import (
     CLOSED,
@@ -295,12 +289,6 @@ class Checker(Notes):
         if all(after.values()) and not all(before.values()):
 
             efficient = {s: t for s, t in before.items() if not t}
-            forced = forced_then_cleaned(self, obs, efficient)
-            if forced is not None:
-                self.violation = Violation(
-                    *forced, len(self.history) - 1, obs, tuple(efficient)[:3]
-                )
-                return self.violation
             self.warnings.append(
                 Violation(
                     8, efficiency_detail(self, obs, efficient), len(self.history) - 1,
