@@ -141,17 +141,24 @@ def test_another_requests_group_asked_with_a_cleaned_up_requests_context_is_9() 
     assert caught.value.violation.number == 9, str(caught.value)
 
 
+def _stale_k1_submitted() -> Driver:
+    """FlushSubmitsWholeBatch with B's k1 entry gone stale (cleanup) and submitted anyway
+    at the flush, where the spec drops it."""
+    driver = Driver(impl_factory("tests.strangers.per_key_simplequeue:FlushSubmitsWholeBatch"),
+                    mode="threaded", strict_efficiency=True)
+    driver.lookup(b"k1", "B")
+    driver.cleanup("B")
+    driver.flush()
+    return driver
+
+
 def test_a_stale_entry_submitted_while_its_request_asks_again_is_property_1() -> None:
     """B's k1 entry goes stale (cleanup) and this copy submits it at the flush; B then
     asks for k1 again (a new probe, not yet flushed).  The call [k1] for B is the stale
     entry submitted (1), not a second probe of one B shares (8: that needs the first in
     flight at a cleanup), which a search that moved the seeds once named it."""
-    driver = Driver(impl_factory("tests.strangers.per_key_simplequeue:FlushSubmitsWholeBatch"),
-                    mode="threaded", strict_efficiency=True)
+    driver = _stale_k1_submitted()
     try:
-        driver.lookup(b"k1", "B")
-        driver.cleanup("B")
-        driver.flush()  # the spec drops B's k1 entry; this class submits it
         with pytest.raises(ConformanceError) as caught:
             driver.lookup(b"k1", "B")
             driver.answer()
@@ -167,12 +174,8 @@ def test_a_stale_entry_submitted_beside_its_live_twin_is_property_1() -> None:
     [k1] for B, is the stale batch: not a group the spec holds (B's is [k1, k2]), and
     every key of it is one whose entry for B a flush dropped, so property 1, not 9 (a
     search that moved the seeds once named this copy 9)."""
-    driver = Driver(impl_factory("tests.strangers.per_key_simplequeue:FlushSubmitsWholeBatch"),
-                    mode="threaded", strict_efficiency=True)
+    driver = _stale_k1_submitted()
     try:
-        driver.lookup(b"k1", "B")
-        driver.cleanup("B")
-        driver.flush()  # the spec drops B's k1 entry; this class submits it
         driver.lookup(b"k1", "B")
         driver.lookup(b"k2", "B")
         driver.flush()
