@@ -386,16 +386,21 @@ def _another_owed_group(states: list[State], obs: TierCallSeen) -> bool:
     submitted anyway, would have come in its own group, beside its live keys.  (The
     whole batch in one call, in its order, is no such sign: a stale entry of the
     request's that shares its key with another request's live one looks the same.)"""
+    call = frozenset(obs.keys)
     for state in states:
-        groups: dict[str, set[bytes]] = {}
-        for entry in state.held:
-            groups.setdefault(entry.request, set()).add(entry.key)
+        groups = skips.request_groups(state.held)
         if obs.request in groups and any(
-            request != obs.request and keys == set(obs.keys)
-            for request, keys in groups.items()
+            request != obs.request and keys == call for request, keys in groups.items()
         ):
             return True
     return False
+
+
+def _stale_submitted(call: str, request: str, key: bytes) -> str:
+    return (
+        f"{call}: {request!r}'s entry for {key!r} was stale at a flush "
+        "(cleaned up or superseded), so it must have been dropped"
+    )
 
 
 def _tier_call(checker: Checker, obs: TierCallSeen, states: list[State]) -> tuple[int, str]:
@@ -418,10 +423,7 @@ def _tier_call(checker: Checker, obs: TierCallSeen, states: list[State]) -> tupl
             cleaned_in_flight = p.phase is Phase.IN_FLIGHT and any(
                 below > p.generation for below in checker.cleaned.values())
             if (key, obs.request) in checker.dropped and not cleaned_in_flight:
-                return 1, (
-                    f"{call}: {obs.request!r}'s entry for {key!r} was stale at a flush "
-                    "(cleaned up or superseded), so it must have been dropped"
-                )
+                return 1, _stale_submitted(call, obs.request, key)
             return 8, (
                 f"{call}: {obs.request!r} already shares {key!r}'s probe "
                 f"(g{p.generation} {p.phase.name}); probing it again is redundant"
@@ -450,10 +452,7 @@ def _tier_call(checker: Checker, obs: TierCallSeen, states: list[State]) -> tupl
             if not mine or any(e.request == obs.request for e in mine):
                 continue
             if (key, obs.request) in checker.dropped and not whole:
-                return 1, (
-                    f"{call}: {obs.request!r}'s entry for {key!r} was stale at a flush "
-                    "(cleaned up or superseded), so it must have been dropped"
-                )
+                return 1, _stale_submitted(call, obs.request, key)
             return 9, (
                 f"{call}: {key!r} was batched for {mine[0].request!r}, "
                 "so it must be probed with that request's context"

@@ -89,7 +89,8 @@ def _shared(
     return cleaned_up(state, entry, orphaned) and p is not None and bool(p.requesters)
 
 
-def _groups(batch: tuple[Entry, ...]) -> dict[str, frozenset[bytes]]:
+def request_groups(batch: tuple[Entry, ...]) -> dict[str, frozenset[bytes]]:
+    """Each request's group of ``batch``: request -> its keys."""
     groups: dict[str, set[bytes]] = {}
     for e in batch:
         groups.setdefault(e.request, set()).add(e.key)
@@ -104,7 +105,7 @@ def skipped(state: State, obs: TierCallSeen) -> tuple[Entry, ...] | None:
         return None
     before = list(state.held)
     for batch in state.queue:
-        if before and _groups(batch).get(obs.request) == call:
+        if before and request_groups(batch).get(obs.request) == call:
             return tuple(before)
         before.extend(batch)
     return None
