@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import pytest
 
-from asynclookup.conformance.replay import shrink
+from asynclookup.conformance.counterexample import ConformanceError
+from asynclookup.conformance.replay import open_replay, replay, settle_name, shrink
 from asynclookup.conformance.testcase import first_violation
 from tests.outside import OUTSIDE, expected
 
@@ -67,3 +68,41 @@ def test_every_outside_class_is_listed_with_a_reason() -> None:
         module, _, name = impl.partition(":")
         cls = getattr(importlib.import_module(module), name)
         assert cls.__doc__ and ("property" in cls.__doc__.lower() or OUTSIDE[impl] is None), impl
+
+
+def test_a_tier_call_held_at_the_leak_check_is_judged_before_the_leftover() -> None:
+    """C's k1 entry goes stale (mark_present); this copy submits it anyway, and the
+    cleanup of C leaves the spec empty while the worker's call for it waits in the
+    oracle's tier.  The leak check judges that call first (a stale entry submitted,
+    property 1) rather than asking again at once, which the class's kept probe
+    answered with its verdict (2) on a seed of the kill table."""
+    impl = "tests.outside.callback_style:StaleBesideLive"
+    driver = open_replay(f"impl:{impl}", mode="threaded", strict_efficiency=True)
+    with pytest.raises(ConformanceError) as found:
+        try:
+            driver.lookup(b"k1", "C")
+            driver.mark_present([b"k1"])
+            driver.flush()
+            driver.cleanup("C")  # the spec is empty: the leak check runs
+        finally:
+            driver.close()
+    assert found.value.violation.number == 1, str(found.value)
+    assert [c.method for c in found.value.calls][-1] == "answer", str(found.value)
+
+
+def test_a_tier_call_waiting_before_a_wrong_verdict_is_judged_first() -> None:
+    """A's k0 entry goes stale (mark_present) and this copy's flush submits it anyway,
+    marking its probe in flight, so its mark_miss skips the probe and B is handed True
+    where the spec's verdict is False.  The stale entry's tier call was already waiting
+    in the oracle's tier: ``settle_name`` answers it in the run's place, and that
+    shorter run, property 1, is the finding (a seed of the kill table named it 2)."""
+    config = {"target": "impl:tests.outside.callback_style:RevalidateAnyState",
+              "mode": "threaded", "tier": "memory", "strict_efficiency": True}
+    error = replay(config, [
+        ("lookup", (b"k0", "A")), ("mark_present", ([b"k0"],)), ("flush", ()),
+        ("mark_miss", ([b"k0"],)), ("lookup", (b"k0", "B")),
+    ])
+    assert error is not None and error.violation.number == 2, str(error)
+    settled = settle_name(error)
+    assert settled.violation.number == 1, str(settled)
+    assert [c.method for c in settled.calls][-1] == "answer", str(settled)

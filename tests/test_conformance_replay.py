@@ -17,7 +17,7 @@ import pytest
 
 from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.driver import Driver
-from asynclookup.conformance.replay import replay, replay_file, shrink
+from asynclookup.conformance.replay import _answered_not_shut, replay, replay_file, shrink
 from asynclookup.conformance.targets.adapter import Plan
 from asynclookup.conformance.targets.vllm import impl_factory
 from tests.zoo.vllm_shaped import ResultEntry, VllmShapedManager
@@ -162,3 +162,24 @@ def test_a_stuck_probe_found_by_asking_again_shrinks_to_its_own_requester_asking
     assert small.violation.number == 6, str(small)
     assert [c.method for c in small.calls] == [
         "lookup", "flush", "answer", "settle", "await_verdict"], str(small)
+
+
+def test_a_threaded_shutdown_is_tried_as_an_answer_when_shrinking() -> None:
+    """A shutdown shows the worker's next tier call only if the worker makes it before
+    it sees the stop, a race replays often lose; an answer waits for that call.  The
+    shrinking pass offers the run with its shutdown replaced by one answer, then two
+    (a worker that makes its next call only once the last is answered), once each."""
+    run = [("lookup", (b"k0", "A")), ("flush", ()), ("answer", (Plan(),)),
+           ("shutdown", ([Plan()],))]
+    offered: list[list[tuple[str, tuple[object, ...]]]] = []
+
+    def attempt(steps: list[tuple[str, tuple[object, ...]]], larger: bool = False) -> bool:
+        offered.append(steps)
+        return False
+
+    tried: set[str] = set()
+    assert not _answered_not_shut(run, attempt, tried)
+    answer = ("answer", (Plan(),))
+    assert offered == [[*run[:3], answer], [*run[:3], answer, answer]]
+    assert not _answered_not_shut(run, attempt, tried)  # each offered once
+    assert len(offered) == 2

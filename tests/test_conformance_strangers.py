@@ -17,8 +17,8 @@ import pytest
 
 from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.driver import Driver
-from asynclookup.conformance.replay import shrink
-from asynclookup.conformance.targets.adapter import FAULT_KINDS
+from asynclookup.conformance.replay import open_replay, replay, settle_name, shrink
+from asynclookup.conformance.targets.adapter import FAULT_KINDS, Plan
 from asynclookup.conformance.targets.vllm import impl_factory, impl_spec
 from asynclookup.conformance.testcase import first_violation
 from tests.strangers import BUG_KIND, BUGGY, CORRECT, HANGS
@@ -184,3 +184,115 @@ def test_a_stale_entry_submitted_beside_its_live_twin_is_property_1() -> None:
     finally:
         driver.close()
     assert caught.value.violation.number == 1, str(caught.value)
+
+
+def _second_probe_after_mark_miss(impl: str) -> ConformanceError:
+    """lookup, flush, mark_miss of the in-flight key, cleanup of its only requester, a
+    new request asks for it, flush: the worker probes the key a second time."""
+    driver = open_replay(f"impl:{impl}", mode="threaded", strict_efficiency=True)
+    with pytest.raises(ConformanceError) as found:
+        try:
+            driver.lookup(b"k0", "A")
+            driver.flush()
+            driver.mark_miss([b"k0"])
+            driver.cleanup("A")
+            driver.lookup(b"k0", "B")
+            driver.flush()
+            driver.answer()
+            driver.answer()
+        finally:
+            driver.close()  # judges the second tier call
+    return found.value
+
+
+def test_a_mark_miss_that_forced_the_probe_is_named_3_by_asking_after_it() -> None:
+    """The second probe reads as a cleanup deleting the in-flight orphan (8), or as a
+    mark_miss that forced the probe, whose resolved orphan the cleanup then deleted as
+    it may (3).  ``settle_name`` asks the request right after the mark_miss: this
+    copy's forced False there is the finding, property 3, in four calls."""
+    error = _second_probe_after_mark_miss("tests.outside.condition_style:MarkMissOnceAssert")
+    assert error.violation.number == 8, str(error)
+    settled = settle_name(error)
+    assert settled.violation.number == 3, str(settled)
+    assert [c.method for c in settled.calls] == ["lookup", "flush", "mark_miss", "lookup"]
+    assert "named 3, not 8" in str(settled)
+
+
+def test_a_cleanup_that_deleted_the_in_flight_probe_stays_8_after_asking() -> None:
+    """The same calls on a copy whose mark_miss is right and whose cleanup deletes the
+    in-flight orphan: asked after the mark_miss, it answers None as the spec does, so
+    the finding stays property 8."""
+    error = _second_probe_after_mark_miss("tests.strangers.futures_pool:CleanupCancelsInFlight")
+    assert error.violation.number == 8, str(error)
+    assert settle_name(error) is error
+
+
+def _replayed(impl: str, steps: list[tuple[str, tuple[object, ...]]]) -> ConformanceError:
+    config = {"target": f"impl:{impl}", "mode": "threaded", "tier": "memory",
+              "strict_efficiency": True}
+    error = replay(config, steps)
+    assert error is not None, steps
+    return error
+
+
+def test_a_verdict_that_only_the_mark_miss_explains_is_named_3() -> None:
+    """B's probe of k1 is in flight when B is cleaned up (an orphan the spec keeps); the
+    tier answers; a mark_miss of k1 forces this copy's orphan to False, which B, asking
+    again, is handed.  The verdict reads as an orphan's result delivered (2) or a verdict
+    the mark_miss forced (3); without the mark_miss the same calls break nothing, so
+    ``settle_name`` names it 3 (a seed of the kill table once named this copy 2)."""
+    error = _replayed("tests.strangers.futures_pool:MissForcesResolved", [
+        ("lookup", (b"k1", "B")), ("flush", ()), ("cleanup", ("B",)), ("answer", (Plan(),)),
+        ("mark_miss", ([b"k1"],)), ("lookup", (b"k1", "B")),
+    ])
+    assert error.violation.number == 2, str(error)
+    settled = settle_name(error)
+    assert settled.violation.number == 3, str(settled)
+    assert "named 3, not 2" in str(settled)
+
+
+def test_an_orphans_result_delivered_stays_2_when_a_mark_miss_did_not_make_it() -> None:
+    """A copy whose cleanup keeps shared requesters: both of k1's requesters are cleaned
+    up while it is in flight, a mark_miss names it, the tier answers False and a new
+    request is handed that result.  Without the mark_miss the same lookup still breaks
+    property 2, so the name stays 2."""
+    error = _replayed("tests.strangers.raw_pool:ReleasesOnlyLastRequester", [
+        ("lookup", (b"k1", "A")), ("lookup", (b"k1", "B")), ("flush", ()),
+        ("mark_miss", ([b"k1"],)), ("cleanup", ("A",)), ("cleanup", ("B",)),
+        ("answer", (Plan(),)), ("settle", ()), ("lookup", (b"k1", "A")),
+    ])
+    assert error.violation.number == 2, str(error)
+    assert settle_name(error) is error
+
+
+def test_a_none_that_proper_answers_also_give_is_not_the_tiers_none_passed_through() -> None:
+    """This copy's lookup never drains.  The tier answers k0 None (a non-bool), then k1;
+    A's lookup of k0 returns None where the spec's verdict is False, which reads as the
+    tier's None passed through (7) as well as a verdict not delivered (6).  With every
+    tier answer proper the same lookup still returns None, so ``settle_name`` names it
+    6 (a seed once named this copy 7)."""
+    none = Plan("junk", (), 2)  # JUNK[2]: the tier answers None for the one key
+    error = _replayed("tests.strangers.asyncio_loop:LoopNeverDrainsInLookup", [
+        ("lookup", (b"k0", "A")), ("flush", ()), ("lookup", (b"k1", "B")), ("flush", ()),
+        ("answer", (none,)), ("answer", (Plan(),)), ("lookup", (b"k0", "A")),
+    ])
+    assert error.violation.number == 7, str(error)
+    settled = settle_name(error)
+    assert settled.violation.number == 6, str(settled)
+    assert "named 6, not 7" in str(settled)
+
+
+def test_a_group_missing_only_a_key_a_short_answer_stranded_is_property_6() -> None:
+    """vLLM 0.34's zip bug: the short answer to A's [k0] leaves k0's probe in flight in
+    the class for ever.  After A's cleanup, B asks for k0 and k2; the spec's B group
+    is [k0, k2] (k0's orphan was settled with False and deleted), the class asks
+    [k2] alone.  Not a wrong grouping (9): the stranded probe (6), which a search that
+    moved the seeds once named 9."""
+    error = _replayed("tests.zoo.mutants:ZipTruncatesShortAnswers", [
+        ("lookup", (b"k0", "A")), ("flush", ()), ("lookup", (b"k1", "A")),
+        ("answer", (Plan("short"),)), ("flush", ()), ("answer", (Plan(),)),
+        ("cleanup", ("A",)), ("lookup", (b"k0", "B")), ("lookup", (b"k2", "B")),
+        ("flush", ()), ("answer", (Plan(),)),
+    ])
+    assert error.violation.number == 6, str(error)
+    assert "leaving out [b'k0']" in error.violation.detail

@@ -42,7 +42,7 @@ from asynclookup.conformance.campaign_values import (
 )
 from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.machine import FuzzConfig, Stats, conformance_error_in, run
-from asynclookup.conformance.replay import shrink
+from asynclookup.conformance.replay import settle_name, shrink
 from asynclookup.observe.interface import OracleLimitError
 
 __all__ = ["WORKER_CODE", "Pool", "run_in_process", "worker_main"]
@@ -228,13 +228,15 @@ class Pool:
             stats.found_after = self.found_after
             _, violation, calls, config = self.found[:4]
             outcome.error = ConformanceError(violation, calls, config)
-            if self.campaign.shrink_budget > 0:
-                quiet = logging.root.manager.disable  # the IUT's warnings, as in machine.run
-                logging.disable(logging.WARNING)
-                try:
-                    outcome.error = shrink(outcome.error, self.campaign.shrink_budget)
-                finally:
-                    logging.disable(quiet)
+            quiet = logging.root.manager.disable  # the IUT's warnings, as in machine.run
+            logging.disable(logging.WARNING)
+            try:
+                outcome.error = settle_name(outcome.error)
+                if self.campaign.shrink_budget > 0:
+                    outcome.error = settle_name(
+                        shrink(outcome.error, self.campaign.shrink_budget))
+            finally:
+                logging.disable(quiet)
         outcome.seconds = time.monotonic() - self.started
         return outcome
 

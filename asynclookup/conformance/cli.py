@@ -342,6 +342,7 @@ def _as_text(
     if error is not None:
         lines.append(f"VIOLATION ({error.violation.kind}), {len(error.calls)} calls:")
         lines.append(format_counterexample(error.violation, error.calls))
+        lines.extend(f"  {line}" for line in error.notes)
         if error.shrink_report is None and not error.reproducible:
             lines.append(f"  {NOT_REPRODUCIBLE}")  # (a shrink line says it itself)
         if error.shrink_report is not None:
@@ -423,6 +424,7 @@ def _as_json(
         "shrink": None if error is None or error.shrink_report is None
         else error.shrink_report.as_json(),
         "reproducible": None if error is None else _reproducible(error),
+        "notes": [] if error is None else list(error.notes),
         "warnings": [_violation_json(v, calls) for v, calls in stats.warnings[:5]],
         "replay": replay,
         "leak_check": stats.leak_check,

@@ -81,7 +81,13 @@ class ConformanceError(AsyncLookupError, AssertionError):
         self.config = config
         self.shrink_report: ShrinkReport | None = None  # set by conformance.replay.shrink
         self.reproducible = True  # False: a replay of the run went otherwise
+        self.notes: list[str] = []  # lines added to the report after the run (``note``)
         super().__init__(format_counterexample(violation, calls))
+
+    def note(self, line: str) -> None:
+        """Add a line to the report (how the oracle settled the finding's name, say)."""
+        self.notes.append(line)
+        self.args = (f"{self.args[0]}\n  {line}",)
 
     def not_reproducible(self, why: str) -> None:
         """Say in the report that a replay of this run (Hypothesis's in stepped mode, the

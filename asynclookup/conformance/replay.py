@@ -18,6 +18,7 @@ threaded replay reproduces only as well as the interleaving repeats.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -88,7 +89,8 @@ def shrink(error: ConformanceError, budget: float = SHRINK_BUDGET) -> Conformanc
     gets up to two tries and is kept only if its recorded calls break the
     property once more; the run with a settle after every run of answers is
     tried first.  A run that ends in the leak check's asking again is tried as
-    its own requester asking again (``_asked_directly``).  A
+    its own requester asking again (``_asked_directly``), and a threaded
+    ``shutdown()`` as an ``answer`` (``_answered_not_shut``).  A
     candidate waits only ``QUICK_WAIT`` for a tier call or a post the spec owes
     (a counterexample that ends in one that never comes would otherwise cost the
     whole bound a candidate); the kept candidates are then replayed with the
@@ -100,6 +102,9 @@ def shrink(error: ConformanceError, budget: float = SHRINK_BUDGET) -> Conformanc
     if not error.reproducible:
         report.note = NOT_REPRODUCIBLE
     shrunk = _shrink(error, budget, report)
+    if shrunk is not error:
+        for line in error.notes:
+            shrunk.note(line)
     report.calls_after = len(shrunk.calls)
     shrunk.shrink_report = report
     return shrunk
@@ -115,6 +120,7 @@ def _shrink(error: ConformanceError, budget: float, report: ShrinkReport) -> Con
     accepted: list[ConformanceError] = []  # every candidate taken, smallest last
     out_of_time = False
     pinned = False  # threaded: best settles after its answers
+    offered: set[str] = set()  # threaded: shutdowns replaced by answers, tried once each
 
     def attempt(steps: list[Step], larger: bool = False) -> bool:
         nonlocal best, out_of_time
@@ -186,6 +192,8 @@ def _shrink(error: ConformanceError, budget: float, report: ShrinkReport) -> Con
     while changed and time.monotonic() < deadline:
         changed = _delete_calls(_steps(best.calls), attempt)
         changed = _merge_posts(_steps(best.calls), attempt) or changed
+        if threaded:
+            changed = _answered_not_shut(_steps(best.calls), attempt, offered) or changed
         if not changed:
             changed = _delete_pairs(_steps(best.calls), attempt)
         changed = _canonical_names(_steps(best.calls), attempt) or changed
@@ -225,6 +233,205 @@ def _shrink(error: ConformanceError, budget: float, report: ShrinkReport) -> Con
     report.stopped += "unshrunk counterexample is shown"
     _confirm_original(error, report)
     return error
+
+
+def settle_name(error: ConformanceError) -> ConformanceError:
+    """A finding whose calls fit two properties, settled by replays that ask, not by a rule
+    of thumb (docs/oracle.md, "Known limits"):
+
+    - threaded, a finding at a lookup's or drain's answer while a tier call the worker
+      already made waits unjudged in the oracle's tier: ``_tier_call_first`` answers
+      that call in the run's place, and what it breaks by itself comes first;
+    - property 7, a lookup's None after the tier answered the key None: the tier's
+      None passed through, or a verdict never delivered (6)?  ``_with_proper_answers``
+      replays the run with proper answers;
+    - property 8, a second probe of a key while its first is in flight: a cleanup
+      deleted the orphaned in-flight probe, or a mark_miss had forced that probe to
+      a verdict (3) and the cleanup then deleted the resolved orphan, as the protocol
+      lets it.  ``_asked_after_mark_miss`` asks right after the mark_miss;
+    - property 2 or 3, a lookup's False where the spec's verdict is None, with a
+      mark_miss of that key before it: an orphan's result delivered (2) or a verdict
+      the mark_miss forced (3).  ``_without_mark_miss`` replays the run without it.
+
+    Each question is a call the protocol allows, or the run with one call changed or
+    left out; the class's answers decide the name.  Replays wait the shrinker's short
+    bound.  Any other finding, or one the replays do not settle, is returned as it
+    is; a settled one carries a note saying how (``ConformanceError.notes``), and, if
+    ``error`` was shrunk, its shrink report."""
+    settled = _settled(error, _steps(error.calls))
+    if settled is not error:
+        for line in error.notes:  # an earlier settling's note
+            if line not in settled.notes:
+                settled.note(line)
+        settled.shrink_report = error.shrink_report  # settled after shrinking
+        if settled.shrink_report is not None:
+            settled.shrink_report.calls_after = len(settled.calls)
+    return settled
+
+
+def _settled(error: ConformanceError, steps: list[Step]) -> ConformanceError:
+    earlier = _tier_call_first(error, steps)
+    if earlier is not None:
+        return earlier
+    if error.violation.number == 7 and steps and steps[-1][0] in ("lookup", "await_verdict"):
+        return _with_proper_answers(error, steps) or error
+    if error.violation.number == 8:
+        return _asked_after_mark_miss(error, steps) or error
+    if (
+        error.violation.number in (2, 3) and steps and steps[-1][0] in ("lookup", "await_verdict")
+        and error.calls[-1].text.endswith("-> False")  # the only verdict mark_miss forces
+    ):
+        return _without_mark_miss(error, steps) or error
+    return error
+
+
+def _tier_call_first(error: ConformanceError, steps: list[Step]) -> ConformanceError | None:
+    """Threaded, a finding at a scheduler call's answer (a lookup, a re-ask): replay the
+    run up to that call and answer the worker's tier call instead, if one is waiting.
+    The oracle's tier holds each call until it answers, so a call the worker made
+    before the finding had not been judged yet; if it breaks a property by itself (a
+    stale entry submitted, whose probe the class then kept in flight and answered the
+    lookup from), that run is the finding: what went wrong first."""
+    if error.config.get("mode", "stepped") == "stepped":
+        return None
+    if not steps or steps[-1][0] not in ("lookup", "await_verdict", "drain_results"):
+        return None
+    answer: Step = ("answer", (Plan(),))
+    found = replay(error.config, [*steps[:-1], answer], QUICK_WAIT)
+    if (
+        found is None or found.violation.number in (None, error.violation.number)
+        or _steps(found.calls[-1:]) != [answer]
+    ):
+        return None
+    found.note(
+        f"named {found.violation.number}, not {error.violation.number}: the worker's tier "
+        f"call waiting before {error.calls[-1].text.partition(' ->')[0]} already broke "
+        f"property {found.violation.number}; that call, answered, is the finding"
+    )
+    return found
+
+
+def _with_proper_answers(error: ConformanceError, steps: list[Step]) -> ConformanceError | None:
+    """Property 7 at a lookup that returned None after the tier answered that key None:
+    the tier's None passed through as the verdict (7), or a verdict the class never
+    delivered (6)?  Replay the run with every tier answer proper: if the same lookup
+    still breaks a property other than 7, the tier's fault did not make it, and that
+    run is the finding."""
+    if not error.calls[-1].text.endswith("-> None"):
+        return None
+    proper = [(method, tuple(_proper(a) for a in args)) for method, args in steps]
+    if proper == steps:
+        return None
+    for _ in range(2 if error.config.get("mode", "stepped") != "stepped" else 1):
+        found = replay(error.config, proper, QUICK_WAIT)
+        if (
+            found is not None and found.violation.number not in (None, 7)
+            and _steps(found.calls[-1:]) == proper[-1:]
+        ):
+            found.note(
+                f"named {found.violation.number}, not 7: with every tier answer proper, "
+                "the same lookup still returns None, so it is not the tier's None "
+                "passed through"
+            )
+            return found
+    return None
+
+
+def _proper(value: Any) -> Any:
+    """``value`` with every tier answer (``Plan``) in it made a proper one."""
+    if isinstance(value, Plan):
+        return Plan()
+    if isinstance(value, list):
+        return [_proper(v) for v in value]
+    return value
+
+
+def _asked_after_mark_miss(error: ConformanceError, steps: list[Step]) -> ConformanceError | None:
+    """For each mark_miss of a key that a request asked for and that request's cleanup
+    comes later in the run (the orphaning), replay the run up to the mark_miss and have
+    that request ask for the key at once: a class whose mark_miss forced the in-flight
+    probe answers a verdict where the spec's is still None, and that shorter run
+    (property 3) is the finding.  None: every such request was answered as the spec
+    answers, and the finding stands."""
+    asked: dict[bytes, set[str]] = {}
+    for i, (method, args) in enumerate(steps):
+        if method == "lookup":
+            asked.setdefault(args[0], set()).add(args[1])
+        elif method == "cleanup":
+            for requests in asked.values():
+                requests.discard(args[0])
+        elif method == "shutdown":
+            asked.clear()
+        elif method == "mark_miss":
+            later = {args[0] for m, args in steps[i + 1:] if m == "cleanup"}
+            for key in args[0]:
+                for request in sorted(asked.get(key, set()) & later):
+                    question: Step = ("lookup", (key, request))
+                    found = replay(error.config, [*steps[:i + 1], question], QUICK_WAIT)
+                    if (
+                        found is not None and found.violation.number == 3
+                        and _steps(found.calls[-1:]) == [question]
+                    ):
+                        found.note(
+                            f"named 3, not 8: lookup({key!r}, {request!r}), asked right "
+                            f"after a mark_miss of {key!r}, returned the verdict that "
+                            "mark_miss forced; without that question the calls also read "
+                            "as a cleanup deleting an in-flight probe (8)"
+                        )
+                        return found
+    return None
+
+
+def _without_mark_miss(error: ConformanceError, steps: list[Step]) -> ConformanceError | None:
+    """The run replayed without the mark_misses of the last lookup's key.  Named 3 (the
+    verdict mark_miss forced) and the same lookup still breaks property 2 without them:
+    the mark_miss did not make that verdict, and the run without it is the finding.
+    Named 2 (an orphan's result delivered, say) and the run reproduces as it is, but
+    not at all without them: the verdict was the mark_miss's, property 3.  None: not
+    settled (no such mark_miss, or the replays went otherwise)."""
+    key = steps[-1][1][0]
+    ablated: list[Step] = []
+    for method, args in steps:
+        if method == "mark_miss" and key in args[0]:
+            rest = [k for k in args[0] if k != key]
+            if rest:
+                ablated.append((method, (rest,)))
+            continue
+        ablated.append((method, args))
+    if ablated == steps:
+        return None
+    number = error.violation.number
+    tries = 2 if error.config.get("mode", "stepped") != "stepped" else 1
+    without = [replay(error.config, ablated, QUICK_WAIT) for _ in range(tries)]
+    if number == 3:
+        for found in without:
+            if found is not None and found.violation.number == 2 and (
+                _steps(found.calls[-1:]) == steps[-1:]
+            ):
+                found.note(
+                    f"named 2, not 3: without the mark_miss of {key!r} the same lookup "
+                    "still returns that verdict, so the mark_miss did not force it"
+                )
+                return found
+        return None
+    if any(found is not None for found in without):
+        return None
+    again = [replay(error.config, steps, QUICK_WAIT) for _ in range(tries)]
+    if not any(found is not None and found.violation.number == number for found in again):
+        return None
+    renamed = ConformanceError(
+        dataclasses.replace(
+            error.violation, number=3,
+            detail=f"{error.violation.detail.partition(': ')[0]}: mark_miss forced a verdict "
+            "on a PENDING/IN_FLIGHT probe, which would receive a second one from the worker",
+        ),
+        error.calls, error.config,
+    )
+    renamed.note(
+        f"named 3, not 2: the same calls without the mark_miss of {key!r} break nothing, "
+        "so the verdict was the one that mark_miss forced"
+    )
+    return renamed
 
 
 def _confirm_original(error: ConformanceError, report: ShrinkReport) -> None:
@@ -323,6 +530,31 @@ def _moved(steps: list[Step]) -> Iterator[list[Step]]:
         rest = steps[:i] + steps[i + 1:]
         for j in range(i + 1, len(rest)):
             yield [*rest[:j], steps[i], ("settle", ()), *rest[j:]]
+
+
+def _answered_not_shut(
+    steps: list[Step], attempt: Callable[..., bool], tried: set[str]
+) -> bool:
+    """Threaded: a ``shutdown()`` replaced by an ``answer``, or by two.  A shutdown shows
+    the worker's next tier call only if the worker makes it before it sees the stop, a
+    race a replay often loses; an answer waits for a call, and a second answer for
+    the call the first one let the worker make (a worker that takes the next batch
+    only once the last is answered).  One answer has the shorter arguments, so a run
+    that fails again at the shutdown a replay closes with is no progress; two are a
+    call longer, tried as a larger candidate (the confirmation at the full bound
+    prefers the smallest run that reproduces there)."""
+    answer: Step = ("answer", (Plan(),))
+    for i, (method, _) in enumerate(steps):
+        if method != "shutdown":
+            continue
+        for answers, larger in (([answer], False), ([answer, answer], True)):
+            candidate = [*steps[:i], *answers, *steps[i + 1:]]
+            if repr(candidate) in tried:
+                continue  # a deletion may bring the shutdown back: offer each run once
+            tried.add(repr(candidate))
+            if attempt(candidate, larger):
+                return True
+    return False
 
 
 def _delete_pairs(steps: list[Step], attempt: Callable[[list[Step]], bool]) -> bool:

@@ -9,6 +9,8 @@ it and says which rule the implementation broke, in the protocol's words:
   stale or forced verdict (2), or exactly-once (3) when a mark_miss named that
   very probe while it was unresolved; a wrong bool from a faulty tier call is
   survival (7);
+- a tier call that leaves out of its request's group only keys whose earlier tier
+  call was faulty: their old probes are still in flight in the class, stranded (6);
 - a tier call no state owes: a key the request already shares a probe of is a
   redundant probe (8), unless that probe was never in flight at a cleanup and the
   request's own entry for the key was stale at a flush (that entry submitted: 1);
@@ -396,6 +398,25 @@ def _another_owed_group(states: list[State], obs: TierCallSeen) -> bool:
     return False
 
 
+def _stranded_keys(
+    checker: Checker, obs: TierCallSeen, states: list[State]
+) -> frozenset[bytes]:
+    """The keys ``obs`` leaves out of its request's group of the batch in hand (in some
+    state, the call holds only part of that group, nothing else), when every one of
+    them had an earlier probe whose tier call was faulty: a class that did not settle
+    that probe still holds it in flight and so does not submit the key again."""
+    call = frozenset(obs.keys)
+    for state in states:
+        first = state.held or (state.queue[0] if state.queue else ())
+        group = skips.request_groups(first).get(obs.request, frozenset())
+        left_out = group - call
+        if not call < group:
+            continue
+        if all(any(k == key for k, _ in checker.faulty) for key in left_out):
+            return left_out
+    return frozenset()
+
+
 def _stale_submitted(call: str, request: str, key: bytes) -> str:
     return (
         f"{call}: {request!r}'s entry for {key!r} was stale at a flush "
@@ -457,6 +478,14 @@ def _tier_call(checker: Checker, obs: TierCallSeen, states: list[State]) -> tupl
                 f"{call}: {key!r} was batched for {mine[0].request!r}, "
                 "so it must be probed with that request's context"
             )
+    stranded = _stranded_keys(checker, obs, states)
+    if stranded:
+        return 6, (
+            f"{call}, leaving out {sorted(stranded)!r} of that request's group: an "
+            "earlier tier call answered it faultily, and the class still holds that "
+            "probe in flight, stranded, where the tier-answer rule (docs/protocol.md, "
+            "'A tier that raises or answers short') settles it with False"
+        )
     if all((key, obs.request) in checker.dropped for key in obs.keys):
         # not a group of the batch in hand, and every key of it is one this request's
         # entry for was stale at a flush: that stale entry was submitted anyway
