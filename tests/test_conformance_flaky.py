@@ -94,12 +94,19 @@ class AlwaysLies(AsyncLookupManager):
         return True if verdict is None else verdict
 
 
-def test_a_threaded_run_ends_at_its_first_violation_unreplayed(tmp_path: Any) -> None:
+def test_a_threaded_run_ends_at_its_first_violation_unreplayed(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Threaded, the first violation ends the run: Hypothesis does not build the IUT
     again to replay the example (which, for a run ending in a bounded wait, paid the
-    bound twice), yet it saves the example, so ``--db`` replays it first next time."""
+    bound twice), yet it saves the example, so ``--db`` replays it first next time.
+    (The oracle's own replays that settle a finding's name build IUTs of their own,
+    after the run: left out here, this test counts what Hypothesis builds.)"""
     from hypothesis.database import DirectoryBasedExampleDatabase
 
+    from asynclookup.conformance import machine
+
+    monkeypatch.setattr(machine, "settle_name", lambda error: error)
     db = DirectoryBasedExampleDatabase(str(tmp_path / "db"))
     config = FuzzConfig(target=FuzzTarget.parse(f"{__name__}:AlwaysLies"), mode="threaded")
     for attempt in range(2):
