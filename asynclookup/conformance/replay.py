@@ -35,6 +35,7 @@ from asynclookup.conformance.eventually import ASKED_AGAIN, WAIT_BOUND
 from asynclookup.conformance.targets.adapter import Plan
 from asynclookup.conformance.targets.bounded import CALL_BOUND, CONSTRUCT_BOUND
 from asynclookup.conformance.targets.target import FuzzTarget
+from asynclookup.observe.classify import FORCED_BY_MARK_MISS
 
 Step = tuple[str, tuple[Any, ...]]
 QUICK_WAIT = 0.5  # seconds a threaded shrink candidate waits for what the spec owes
@@ -322,7 +323,7 @@ def _with_proper_answers(error: ConformanceError, steps: list[Step]) -> Conforma
     proper = [(method, tuple(_proper(a) for a in args)) for method, args in steps]
     if proper == steps:
         return None
-    for _ in range(2 if error.config.get("mode", "stepped") != "stepped" else 1):
+    for _ in range(_tries(error)):
         found = replay(error.config, proper, QUICK_WAIT)
         if (
             found is not None and found.violation.number not in (None, 7)
@@ -335,6 +336,11 @@ def _with_proper_answers(error: ConformanceError, steps: list[Step]) -> Conforma
             )
             return found
     return None
+
+
+def _tries(error: ConformanceError) -> int:
+    """Replays a settling question gets: two threaded (the worker's timing), one stepped."""
+    return 2 if error.config.get("mode", "stepped") != "stepped" else 1
 
 
 def _proper(value: Any) -> Any:
@@ -401,7 +407,7 @@ def _without_mark_miss(error: ConformanceError, steps: list[Step]) -> Conformanc
     if ablated == steps:
         return None
     number = error.violation.number
-    tries = 2 if error.config.get("mode", "stepped") != "stepped" else 1
+    tries = _tries(error)
     without = [replay(error.config, ablated, QUICK_WAIT) for _ in range(tries)]
     if number == 3:
         for found in without:
@@ -422,8 +428,7 @@ def _without_mark_miss(error: ConformanceError, steps: list[Step]) -> Conformanc
     renamed = ConformanceError(
         dataclasses.replace(
             error.violation, number=3,
-            detail=f"{error.violation.detail.partition(': ')[0]}: mark_miss forced a verdict "
-            "on a PENDING/IN_FLIGHT probe, which would receive a second one from the worker",
+            detail=f"{error.violation.detail.partition(': ')[0]}: {FORCED_BY_MARK_MISS}",
         ),
         error.calls, error.config,
     )

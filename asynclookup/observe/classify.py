@@ -55,6 +55,10 @@ from asynclookup.observe.observations import (
 from asynclookup.spec import core
 from asynclookup.spec.core import Phase, State
 
+FORCED_BY_MARK_MISS = (
+    "mark_miss forced a verdict on a PENDING/IN_FLIGHT probe, which would receive a "
+    "second one from the worker"
+)
 NO_VALUE = object()  # in ``Checker.faulty``: the faulty tier call gave no value for the key
 
 TIER_ANSWER_RULE = (
@@ -335,10 +339,7 @@ def _lookup(checker: Checker, obs: LookupSeen, states: list[State]) -> tuple[int
         if obs.verdict is False and any(
             (obs.key, p.generation) in checker.missed for p in unresolved
         ):
-            return 3, (
-                f"{said}: mark_miss forced a verdict on a PENDING/IN_FLIGHT probe, "
-                "which would receive a second one from the worker"
-            )
+            return 3, f"{said}: {FORCED_BY_MARK_MISS}"
         return 2, f"{said}: the key's current probe has no verdict yet (a stale result?)"
     if faulty:
         return 7, f"{said}: the verdict was derived wrongly from a faulty tier answer"
