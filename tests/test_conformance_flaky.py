@@ -106,7 +106,7 @@ def test_a_threaded_run_ends_at_its_first_violation_unreplayed(
 
     from asynclookup.conformance import machine
 
-    monkeypatch.setattr(machine, "settle_name", lambda error: error)
+    monkeypatch.setattr(machine, "settled_and_shrunk", lambda error, budget: error)
     db = DirectoryBasedExampleDatabase(str(tmp_path / "db"))
     config = FuzzConfig(target=FuzzTarget.parse(f"{__name__}:AlwaysLies"), mode="threaded")
     for attempt in range(2):

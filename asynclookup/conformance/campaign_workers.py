@@ -42,7 +42,7 @@ from asynclookup.conformance.campaign_values import (
 )
 from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.machine import FuzzConfig, Stats, conformance_error_in, run
-from asynclookup.conformance.replay import settle_name, shrink
+from asynclookup.conformance.replay import settled_and_shrunk
 from asynclookup.observe.interface import OracleLimitError
 
 __all__ = ["WORKER_CODE", "Pool", "run_in_process", "worker_main"]
@@ -231,10 +231,7 @@ class Pool:
             quiet = logging.root.manager.disable  # the IUT's warnings, as in machine.run
             logging.disable(logging.WARNING)
             try:
-                outcome.error = settle_name(outcome.error)
-                if self.campaign.shrink_budget > 0:
-                    outcome.error = settle_name(
-                        shrink(outcome.error, self.campaign.shrink_budget))
+                outcome.error = settled_and_shrunk(outcome.error, self.campaign.shrink_budget)
             finally:
                 logging.disable(quiet)
         outcome.seconds = time.monotonic() - self.started

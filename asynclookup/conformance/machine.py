@@ -47,7 +47,7 @@ from hypothesis.stateful import (
 
 from asynclookup.conformance.counterexample import Call, ConformanceError
 from asynclookup.conformance.driver import Driver
-from asynclookup.conformance.replay import SHRINK_BUDGET, settle_name, shrink
+from asynclookup.conformance.replay import SHRINK_BUDGET, settled_and_shrunk
 from asynclookup.conformance.targets.adapter import GENERATED_ONLY_IF_HAD, Plan, plan_kinds
 from asynclookup.conformance.targets.inner_tier import dispose_inner_tier, make_inner_tier
 from asynclookup.conformance.targets.load import load_target
@@ -488,11 +488,7 @@ def run(
         if error is None:
             raise
         stats.found_after = time.monotonic() - stats.started
-        error = settle_name(error)
-        if shrink_budget > 0:
-            # settled again once shrunk: a short run replays more steadily than the first
-            raise settle_name(shrink(error, shrink_budget)) from None
-        raise error from None
+        raise settled_and_shrunk(error, shrink_budget) from None
     finally:
         dispose_inner_tier(inner, KEYS)
         logging.disable(quiet)

@@ -270,6 +270,16 @@ def settle_name(error: ConformanceError) -> ConformanceError:
     return settled
 
 
+def settled_and_shrunk(error: ConformanceError, budget: float) -> ConformanceError:
+    """What every finding becomes before it is reported: its name settled
+    (``settle_name``), then shrunk within ``budget`` seconds (none if 0), then settled
+    again, since a short run replays more steadily than the first."""
+    error = settle_name(error)
+    if budget > 0:
+        error = settle_name(shrink(error, budget))
+    return error
+
+
 def _settled(error: ConformanceError, steps: list[Step]) -> ConformanceError:
     earlier = _tier_call_first(error, steps)
     if earlier is not None:
