@@ -296,3 +296,51 @@ def test_a_group_missing_only_a_key_a_short_answer_stranded_is_property_6() -> N
     ])
     assert error.violation.number == 6, str(error)
     assert "leaving out [b'k0']" in error.violation.detail
+
+
+def _posted_after_the_flush(impl: str) -> Driver:
+    """A's k0 answered, its answer held across the next step's flush; the settle hands
+    it over, and the worker's tier call for B's k1 arrives (unanswered): one worker posts
+    before it takes the next batch, so A's result was posted after the flush and before
+    the lookup that follows, which must apply it (docs/protocol.md, "The operations")."""
+    driver = open_replay(f"impl:{impl}", mode="threaded", strict_efficiency=True)
+    driver.lookup(b"k0", "A")
+    driver.flush()
+    driver.answer()
+    driver.lookup(b"k1", "B")
+    driver.flush()
+    driver.settle()
+    assert "its next tier call came: [b'k1'] for 'B'" in driver.calls[-1].text
+    return driver
+
+
+@pytest.mark.parametrize("impl", [
+    "tests.strangers.minimal_drain:DrainsOnlyInFlush",
+    "tests.strangers.asyncio_loop:LoopNeverDrainsInLookup",
+])
+def test_a_post_proven_by_the_next_tier_call_must_be_applied_by_the_lookup(impl: str) -> None:
+    """The tier call seen arrive is a fact, not a hint: it proves the post, so a lookup
+    that does not apply it is late (6) at once, with no re-ask that could drain it."""
+    driver = _posted_after_the_flush(impl)
+    try:
+        with pytest.raises(ConformanceError) as caught:
+            driver.lookup(b"k0", "C")
+    finally:
+        driver.close()
+    assert caught.value.violation.number == 6, str(caught.value)
+    assert [c.method for c in caught.value.calls][-1] == "lookup"
+
+
+@pytest.mark.parametrize("impl", [
+    "tests.strangers.minimal_drain:MinimalDrainManager",
+    "tests.strangers.asyncio_loop:EventLoopManager",
+])
+def test_a_class_that_applies_the_proven_post_passes(impl: str) -> None:
+    driver = _posted_after_the_flush(impl)
+    try:
+        driver.lookup(b"k0", "C")
+        assert driver.calls[-1].text.endswith("-> False"), driver.calls[-1].text
+        driver.answer()
+        driver.shutdown()
+    finally:
+        driver.close()

@@ -37,6 +37,7 @@ from asynclookup.observe.engine import (
     LookupSeen,
     Observation,
     Overdue,
+    TierCallWaiting,
 )
 from asynclookup.observe.interface import Violation
 
@@ -112,10 +113,21 @@ class Eventually:
         if self.failed:
             return
         released = self.tier.release()
-        if self.checker.owed_tier_calls() > 0 or not self.unsettled():
-            if released:  # a worker that posts per group may post what it was given
-                self._record("let the worker have its answers (tier calls still owed)",
-                             ("settle", ()), [])
+        if self.checker.owed_tier_calls() > 0:
+            # A worker that posts per group may post what it was given.  Its next tier
+            # call, if it comes within the hint's bound, is a fact: the worker holds
+            # that group's batch, so it posted every batch before it (TierCallWaiting).
+            # The call stays waiting for an ``answer``; none coming decides nothing.
+            waiting = self.tier.waiting(min(self.wait_bound, HINT_BOUND))
+            if released or waiting is not None:
+                seen = "" if waiting is None else (
+                    f" -> its next tier call came: {list(waiting[0])!r} for {waiting[1]!r}"
+                )
+                self._record(f"let the worker have its answers (tier calls still owed){seen}",
+                             ("settle", ()),
+                             [] if waiting is None else [TierCallWaiting(*waiting)])
+            return
+        if not self.unsettled():
             return
         expected = self._posted_expected
         hint_bound = min(self.wait_bound, HINT_BOUND)

@@ -226,9 +226,19 @@ def machine_class(
 
         @rule(target=listed_last)
         def flush(self) -> Any:
+            """The end of a step.  Threaded, answers held for the worker (an ``answer``
+            with no wait since) are handed to it as the step ends (a ``settle``,
+            numbered on its own): the worker runs beside the scheduler, so its posts
+            land after the flush and before the next lookup, which must apply them
+            (docs/protocol.md, "The operations"); its tier call for the batch just
+            submitted, seen arrive, proves they came (one worker posts before it takes
+            the next batch).  Held on, they would land only at the next rule that
+            waits, and seldom just there."""
             self._step()
             self.driver.flush()
             self.flushes += 1
+            if not stepped and self.driver.tier.holds_answers():
+                self.settle()
             return multiple()
 
         @rule(lookups=st.lists(st.tuples(keys, requests), min_size=1, max_size=2))

@@ -166,6 +166,13 @@ def _shrink(error: ConformanceError, budget: float, report: ShrinkReport) -> Con
     direct = _asked_directly(_steps(best.calls))
     if direct is not None:
         attempt(direct)
+    sliced = _sliced(_steps(best.calls), _keys_of(error))
+    if sliced is not None:
+        attempt(sliced)
+    if threaded and number == 8:
+        witness = _reuse_race(error)
+        if witness is not None and len(witness) < len(best.calls):
+            attempt(witness)
 
     if threaded:
         # Threaded: the calls after an answer may matter only as time for the worker
@@ -499,6 +506,63 @@ def _asked_directly(steps: list[Step]) -> list[Step] | None:
     kept = [step for i, step in enumerate(head)
             if i < lookups[-1] or step != ("cleanup", (request,))]
     return [*kept, ("await_verdict", (key, request))]
+
+
+def _keys_of(error: ConformanceError) -> frozenset[bytes]:
+    """The keys the violating observation names (a lookup's key, a tier call's keys)."""
+    observation = error.violation.observation
+    keys = getattr(observation, "keys", None)
+    if keys is None:
+        key = getattr(observation, "key", None)
+        keys = () if key is None else (key,)
+    return frozenset(k for k in keys if isinstance(k, bytes))
+
+
+def _sliced(steps: list[Step], keys: frozenset[bytes]) -> list[Step] | None:
+    """``steps`` cut down to what concerns ``keys``: their lookups and re-asks, the
+    cleanups of requests that looked one of them up, mark_miss and mark_present of
+    them (the other keys left out), and every call that names no key (flushes,
+    answers, settles, drains, shutdowns).  A race on one key buried in a long run
+    (cleanup, a new request joining, two answers) is one candidate, where deleting
+    calls one at a time seldom finds a run that still reproduces; None if nothing
+    is cut."""
+    if not keys:
+        return None
+    asked: set[str] = set()
+    kept: list[Step] = []
+    for method, args in steps:
+        if method in ("lookup", "await_verdict", "store"):
+            if args[0] not in keys:
+                continue
+            if method != "store":
+                asked.add(args[1])
+        elif method == "cleanup":
+            if args[0] not in asked:
+                continue
+        elif method in ("mark_miss", "mark_present"):
+            named = [k for k in args[0] if k in keys]
+            if not named:
+                continue
+            args = (named, *args[1:])
+        kept.append((method, args))
+    return kept if kept != steps else None
+
+
+def _reuse_race(error: ConformanceError) -> list[Step] | None:
+    """Property 8 found at a tier call, threaded: the protocol's own witness of it, the
+    race of docs/protocol.md ("Cleanup while the probe is in flight, then the key is
+    reused") on the call's first key and request: the request asks, the flush submits,
+    the request is cleaned up while the probe is in flight and asks again, the next
+    flush, then the two tier calls answered.  A class that deleted the orphan probes
+    the key twice; the long runs that find it (a shutdown racing the worker's second
+    call) seldom shrink to it by deleting calls."""
+    observation = error.violation.observation
+    keys, request = getattr(observation, "keys", None), getattr(observation, "request", None)
+    if not keys or not isinstance(request, str):
+        return None
+    key, answer = keys[0], ("answer", (Plan(),))
+    return [("lookup", (key, request)), ("flush", ()), ("cleanup", (request,)),
+            ("lookup", (key, request)), ("flush", ()), answer, answer]
 
 
 def _steps(calls: Sequence[Call]) -> list[Step]:

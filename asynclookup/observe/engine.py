@@ -66,6 +66,7 @@ from asynclookup.observe.observations import (
     Tables,
     TakeBatchSeen,
     TierCallSeen,
+    TierCallWaiting,
     WorkerDied,
     verdict_candidates,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "Tables",
     "TakeBatchSeen",
     "TierCallSeen",
+    "TierCallWaiting",
     "WorkerDied",
     "verdict_candidates",
 ]
@@ -354,6 +356,9 @@ class Checker(Notes):
             if obs.probed:
                 return dict(self._states)  # its tier call was the observation before
             return {s: t for s, t in self._states.items() if not s.held}
+        if isinstance(obs, TierCallWaiting):
+            waiting = {s: t for s, t in self._states.items() if _holds_group(s, obs)}
+            return waiting or dict(self._states)
         if isinstance(obs, Overdue):
             # The bound passed and re-asks saw no post: by the last re-ask's drain the
             # worker had not posted what it owed (a post after that drain would be one
@@ -486,6 +491,12 @@ def post_due(state: State) -> bool:
     """Whether the worker holds answered results and nothing more of its batch to probe:
     posting is all it may do next (one worker posts before it takes the next batch)."""
     return bool(state.answered) and not state.held
+
+
+def _holds_group(state: State, obs: TierCallWaiting) -> bool:
+    """Whether the worker holds, unprobed, exactly the group of ``obs``'s tier call."""
+    keys = sorted(e.key for e in state.held if e.request == obs.request)
+    return bool(keys) and keys == sorted(obs.keys)
 
 
 def _holds_anything(state: State) -> bool:

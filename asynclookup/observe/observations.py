@@ -3,8 +3,9 @@
 An observation is a frozen dataclass named after the spec action it shows:
 the seven scheduler calls with what they returned (or the error they raised),
 the worker's tier calls with the oracle's ``Answer``, and in stepped mode the
-worker steps with what they returned.  Threaded mode adds ``Stalled``,
-``Overdue`` and ``WorkerDied``: what bounded waits for the worker found, and
+worker steps with what they returned.  Threaded mode adds ``TierCallWaiting`` (a
+tier call seen arrive), ``Stalled``, ``Overdue`` and ``WorkerDied``: what bounded
+waits for the worker found, and
 ``Hung``: a call into the IUT that did not return.
 ``Leftover`` and ``Tables`` are the looks inside: what an adapter's snapshot
 of the IUT's tables held when the spec says they must be empty (property 5),
@@ -175,6 +176,21 @@ class Stalled:
 
 
 @dataclass(frozen=True)
+class TierCallWaiting:
+    """Threaded mode: a tier call reached the oracle's tier and waits, unanswered.
+
+    A fact, seen when it happens: the worker holds the batch of that group, so it
+    posted everything of the batch before (one worker posts before it takes the next
+    batch: docs/protocol.md, ``take_batch``).  The states keep only those in which
+    the worker holds that group unprobed, when some do; when none does, nothing is
+    narrowed, and the call is judged when it is answered (``TierCallSeen``).
+    """
+
+    keys: tuple[bytes, ...]
+    request: str
+
+
+@dataclass(frozen=True)
 class Overdue:
     """Threaded mode: the worker did not post what it had answered, within the bound.
 
@@ -239,7 +255,7 @@ class Leftover:
 Observation = (
     LookupSeen | FlushSeen | CleanupSeen | MarkMissSeen | MarkPresentSeen | DrainSeen | ShutdownSeen
     | TierCallSeen | TakeBatchSeen | ProbeGroupSeen | PostSeen
-    | Stalled | Overdue | Hung | WorkerDied | Leftover
+    | TierCallWaiting | Stalled | Overdue | Hung | WorkerDied | Leftover
     | Tables
 )
 SCHEDULER_CALLS = (

@@ -38,6 +38,7 @@ from asynclookup.observe.engine import (
     ShutdownSeen,
     Stalled,
     TierCallSeen,
+    TierCallWaiting,
     WorkerDied,
 )
 from asynclookup.observe.interface import Violation
@@ -160,7 +161,12 @@ def _outcomes(path: _Path, call: Call) -> list[tuple[Outcome, list[Observation]]
             out.append((None, []))
         return out
     if method == "settle":
-        return [(None, [])]  # a wait for the worker, a hint: it judges nothing
+        # a wait for the worker: it judges nothing, but a tier call it owes that arrives
+        # proves the posts before it (TierCallWaiting); only calls that narrow are told
+        # apart, any other arrival (or none) is the outcome None
+        settled: list[tuple[Outcome, list[Observation]]] = [(None, [])]
+        settled.extend((call, [TierCallWaiting(call[1], call[0])]) for call in _arrivals(path))
+        return settled
     if method == "await_verdict":
         key, request = args[0], args[1]
         return [
@@ -174,6 +180,21 @@ def _outcomes(path: _Path, call: Call) -> list[tuple[Outcome, list[Observation]]
     if seen is None:
         raise RegressionError(f"cannot write {call.text!r} as a regression step")
     return [(None, [seen])]
+
+
+def _arrivals(path: _Path) -> list[tuple[str, tuple[bytes, ...]]]:
+    """The owed tier calls whose arrival, seen at a settle, narrows ``path``'s states."""
+    if path.checker.owed_tier_calls() == 0:
+        return []
+    narrowing = []
+    for request, keys in _tier_calls(path.checker):
+        if tuple(sorted(keys)) != keys:
+            continue  # one order of the keys stands for all: arrival is matched unordered
+        nxt = _fork(path)
+        nxt.checker.observe(TierCallWaiting(keys, request))
+        if len(nxt.checker.states) < len(path.checker.states):
+            narrowing.append((request, keys))
+    return narrowing
 
 
 def _late(key: bytes | None, request: str | None) -> Overdue:
@@ -276,11 +297,13 @@ def _step(
             if judgement == "unchecked":
                 step.unchecked.add(outcome)
                 continue
-            if isinstance(outcome, tuple):
+            if isinstance(outcome, tuple) and call.method == "answer":
                 nxt.answered += len(outcome[1])
             if step.wait[key]:
                 nxt.settled_at = nxt.answered
             children.append((outcome, nxt, nxt.checker.expects_empty()))
+        if call.method == "settle":  # the arrivals told apart (None: any other, or none)
+            allowed = [o for o in allowed if o is not None]
         step.allowed[key] = (
             set(allowed) if call.method in VERDICT_CALLS else frozenset(allowed)
         )
@@ -290,7 +313,8 @@ def _step(
                 for note in call.notes)), step.asks)
         if call.method == "answer" and step.owed[key]:
             step.breaks.add(_title_of(path.checker, Stalled("tier call", True)))
-    step.branches = any(len(v) > 1 for v in step.allowed.values())
+    step.branches = any(
+        len(v) > (0 if call.method == "settle" else 1) for v in step.allowed.values())
     return step, children
 
 
@@ -320,6 +344,10 @@ def why(call: Call, before: Sequence[Sequence[State]], step: Step) -> str:
     if method == "answer":
         return _answer_text(call, step)
     if method == "settle":
+        if step.branches:
+            return ("the worker gets its answers; the tier call it owes next, if it comes, "
+                    "proves it posted every batch before (one worker posts before it takes "
+                    "the next batch)")
         if not any(step.wait.values()):
             return "the worker owes no post here: nothing to wait for"
         return "the worker was answered: wait until it posts (a wait, not a check)"

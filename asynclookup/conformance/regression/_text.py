@@ -100,7 +100,8 @@ def _arguments(step: Step) -> list[str]:
         head = [literal(list(args[0]) if args and args[0] else [])]
     options = {
         "allowed": _by_path(step.allowed, None)
-        if method in ("lookup", "await_verdict", "answer", "shutdown") else None,
+        if method in ("lookup", "await_verdict", "answer", "shutdown")
+        else _by_path(step.allowed, frozenset()) if method == "settle" else None,
         "asks": literal(step.asks) if method == "answer" and step.asks else None,
         "owed": _by_path(step.owed, False) if method == "answer" else None,
         "wait": _by_path(step.wait, False) if method == "settle" else None,

@@ -155,6 +155,14 @@ class ScriptedTier:
                 self.waiting.remove(found[0])
             return found[0] if found else None
 
+    def arrived(self, timeout: float) -> Asked | None:
+        """The oldest call waiting for an answer (it stays waiting), once one waits
+        (within ``timeout``)."""
+        with self.changed:
+            if not self.changed.wait_for(lambda: self.waiting, timeout):
+                return None
+            return self.waiting[0].request, self.waiting[0].keys
+
     def hold(self, call: TierCall, plan: Plan) -> None:
         with self.changed:
             call.answer = memory_answer(plan, len(call.keys))
@@ -300,9 +308,12 @@ class Run:
                        breaks)
         self._after(outcome, branches, unchecked, empty)
 
-    def settle(self, *, wait: Any = False, empty: Any = False) -> None:
+    def settle(self, *, wait: Any = False, empty: Any = False,
+               allowed: Any = frozenset(), branches: bool = False) -> None:
         """Hand the worker its answers; with ``wait``, until it posted them (bounded):
-        a wait, not a check (the steps after it judge what shows)."""
+        a wait, not a check (the steps after it judge what shows).  ``allowed``: owed
+        tier calls whose arrival (bounded wait; left unanswered) proves the posts before
+        it; which one arrived, if any, is the outcome (any other: None)."""
         __tracebackhide__ = True
         self._begin("let the worker post")
         self.tier.release()
@@ -310,7 +321,12 @@ class Run:
         if self._pick(wait) and posted is not None:
             with posted.changed:
                 posted.changed.wait_for(lambda: posted.sizes_put >= expected, WAIT)
-        self._after(None, False, (), empty)
+        calls, outcome = self._pick(allowed), None
+        if calls:
+            came = self.tier.arrived(WAIT)
+            outcome = next((c for c in calls if came is not None and c[0] == came[0]
+                            and sorted(c[1]) == sorted(came[1])), None)
+        self._after(outcome, branches, (), empty)
 
     def await_verdict(self, key: bytes, request: str, allowed: Any, *,
                       empty: Any = False, branches: bool = False,

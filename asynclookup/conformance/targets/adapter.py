@@ -173,6 +173,7 @@ class OracleTier:
         self._plans: deque[Plan] = deque()  # stepped, and auto in threaded mode
         self._auto = not threaded
         self._calls: queue.Queue[_Pending] = queue.Queue()
+        self._arrived = threading.Condition(self._lock)  # a call was put on _calls
         self._log: list[TierCallSeen] = []
         self._held: list[_Pending] = []  # answered, not yet handed to the worker
         self.results_given = 0  # keys of every answered call, for wait_idle
@@ -185,6 +186,7 @@ class OracleTier:
             if not self._auto:
                 pending = _Pending(keys, request_context, threading.Event())
                 self._calls.put(pending)
+                self._arrived.notify_all()
             else:
                 pending = None
                 answer = self._answer_now(keys, request_context, self._next_plan())
@@ -230,6 +232,17 @@ class OracleTier:
         except queue.Empty:
             return None
 
+    def waiting(self, timeout: float) -> tuple[tuple[bytes, ...], str] | None:
+        """Threaded: the keys and request of the oldest call waiting for an answer (it
+        stays waiting), or None if none came within ``timeout``.  Held answers are
+        not released: the caller releases them first if it means to."""
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: not self._calls.empty(), timeout):
+                return None
+            with self._calls.mutex:
+                oldest = self._calls.queue[0]
+        return oldest.keys, str(getattr(oldest.context, "req_id", oldest.context))
+
     def answer(self, pending: _Pending, plan: Plan) -> None:
         """Threaded: answer a waiting call as ``plan`` says.  The worker gets the answer
         (and may post its results) only at the oracle's next wait (``release``): so
@@ -238,6 +251,11 @@ class OracleTier:
         with self._lock:
             pending.answer = self._answer_now(pending.keys, pending.context, plan)
             self._held.append(pending)
+
+    def holds_answers(self) -> bool:
+        """Threaded: whether answers wait for the oracle's next wait (``release``)."""
+        with self._lock:
+            return bool(self._held)
 
     def release(self) -> int:
         """Threaded: hand every held answer to the worker thread waiting for it; how many."""
