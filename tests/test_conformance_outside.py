@@ -106,3 +106,41 @@ def test_a_tier_call_waiting_before_a_wrong_verdict_is_judged_first() -> None:
     settled = settle_name(error)
     assert settled.violation.number == 1, str(settled)
     assert [c.method for c in settled.calls][-1] == "answer", str(settled)
+
+
+def _orphan_kept(impl: str) -> ConformanceError | None:
+    """A's k0 answered and posted (the results queue counted it), then A cleaned up
+    while its probe is in flight: the spec's orphan goes with its result, and the
+    leak check runs as the machine runs it before its next rule."""
+    driver = open_replay(f"impl:{impl}", mode="threaded", strict_efficiency=True)
+    try:
+        driver.lookup(b"k0", "A")
+        driver.flush()
+        driver.answer()
+        driver.settle()
+        driver.cleanup("A")
+        driver.await_empty()
+        driver.ask_about_leftover()
+        driver.shutdown()
+    except ConformanceError as error:
+        return error
+    finally:
+        driver.close()
+    return None
+
+
+def test_a_held_probe_is_asked_about_as_soon_as_the_hint_says_it_was_posted() -> None:
+    """The results queue's count says the worker posted; one drain leaves a probe in the
+    class's tables where the spec holds none: a new request asks for its key at once
+    and is handed the kept verdict (property 2), instead of after the leak check's
+    3 s of re-asking."""
+    error = _orphan_kept("tests.outside.condition_style:OrphanStateKept")
+    assert error is not None and error.violation.number == 2, str(error)
+    assert [c.method for c in error.calls][-2:] == ["drain_results", "lookup"], str(error)
+    assert error.calls[-1].args == (b"k0", "asked-again"), str(error)
+    assert not any("re-asked for" in c.text for c in error.calls), str(error)
+
+
+def test_the_correct_class_passes_the_same_calls() -> None:
+    """Its drain applies the orphan's result, which deletes the probe: nothing to ask."""
+    assert _orphan_kept("tests.outside.condition_style:ConditionManager") is None

@@ -109,6 +109,9 @@ class Driver(Eventually):
         self._settled_at = 0
         self._requests: set[str] = set()  # every request id the run used
         self._asking_again = False  # a leftover's key is being asked again
+        self._asked_early: set[bytes] = set()  # keys await_empty had asked about early
+        self.leftover_key: bytes | None = None  # one for ask_about_leftover
+        self._closed = False
         self.owns_inner = False  # close() disposes of the real tier
         self.failed = False  # a ConformanceError was raised: nothing is checked after it
         self.on_error: Callable[[ConformanceError], None] | None = None  # told before raising
@@ -296,7 +299,12 @@ class Driver(Eventually):
     # -- the end -------------------------------------------------------------------
 
     def close(self) -> None:
-        """Shut the IUT down if the run did not (checked unless a violation was found)."""
+        """Shut the IUT down if the run did not (checked unless a violation was found).
+        Idempotent: a close whose own shutdown found the violation is not repeated (the
+        scheduler thread is gone by then; a second call would wait out its bound)."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             if self._scheduler.hung is not None or self.checker.stopped:
                 return  # stuck in a call that never returned, or shut down already

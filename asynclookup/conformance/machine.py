@@ -184,6 +184,7 @@ def machine_class(
             # before the rule's call: if only posts the oracle cannot see stand between
             # the spec and quiescence, re-ask until the tables show them (leak check)
             self.driver.await_empty()
+            self.driver.ask_about_leftover()
 
         def _new_driver(self) -> Driver:
             # Rules run on this IUT: preconditions read these, never the checker's
@@ -414,6 +415,7 @@ def machine_class(
         def teardown(self) -> None:
             try:
                 self.driver.await_empty()  # may find a leak: the driver is closed all the same
+                self.driver.ask_about_leftover()
             finally:
                 self.driver.close()
             self._collect()
