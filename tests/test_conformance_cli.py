@@ -112,8 +112,6 @@ def test_replay_out_writes_a_pytest_file(
         (["--impl", "tests.shapes.no_cleanup:NoCleanup", "--method", "cleanup=none",
           "--cleanup-arg", "context"], "--cleanup-arg: the class has no cleanup"),
         (["--impl", OWN, "--method", "flush=none"], "flush is required, it cannot be none"),
-        (["--impl", OWN, "--tables", "results=_by_request"],
-         "--tables results=_by_request: OwnNames._by_request is a dict, not a queue"),
         (["--shrink-budget", "soon"], "--shrink-budget: 'soon' is not a number of seconds"),
         (["--shrink-budget", "-1"], "--shrink-budget: '-1': want a finite number of seconds"),
         (["--shrink-budget", "nan"], "--shrink-budget: 'nan': want a finite number of seconds"),

@@ -18,11 +18,12 @@ answered (none was put on before: not the flush's queue, not a pool's
 hand-over queue) is the results queue; a worker that posts a batch's results
 only when it takes the next one is given a second flush.  A results store
 that is not a queue (``put`` / ``get_nowait``) is not counted: none is found,
-and one named (``--tables results=_jobs``, a dict) is refused, since the only
-thing the oracle does with it is count its puts.  Attributes are searched one
-level deep (``_book.states``).  A role the user names (``--tables
-probes=_states``) is taken as named, and only checked to exist (and, for
-``results``, to be a queue).
+and one named (``--tables results=_jobs``, a dict) is taken as said but not
+counted (the only thing the oracle would do with it is count its puts): the
+settles fall back to watching the worker thread go idle, and the coverage line
+says so.  Attributes are searched one level deep (``_book.states``).  A role
+the user names (``--tables probes=_states``) is taken as named, and only
+checked to exist.
 
 It judges nothing: a table found here is only read by the driver's leak
 check, which wants every table empty when the spec holds nothing.
@@ -63,6 +64,7 @@ class TablesUsed:
     tables: tuple[Table, ...] = ()  # probes, index, batch: the leak check's tables
     results: Table | None = None  # counted for settles (not a leak table)
     reason: str | None = None  # why a role has no table, when it has none
+    uncounted: str | None = None  # a results table named that is no queue: why not counted
     first_verdict: object = None  # what lookup answered for a key never looked up
     cleanup_error: str | None = None  # what cleanup raised, if it did
     build_error: str | None = None  # what the constructor raised, if it did
@@ -71,6 +73,9 @@ class TablesUsed:
         """One phrase: how a settle sees the worker post (always a hint, never a judgement)."""
         if self.results is not None:
             return f"posts counted on `{self.results.path}` (a hint for settles)"
+        if self.uncounted is not None:
+            return (f"results {self.uncounted}: not counted, a settle watches the worker "
+                    "thread go idle (a hint)")
         return "no results queue found: a settle watches the worker thread go idle (a hint)"
 
     @property
@@ -206,6 +211,7 @@ def _explore_one(
 
 def _explore(manager: Any, shape: Shape, context: Callable[[str], Any], stub: _Stub) -> TablesUsed:
     named: list[Table] = []
+    uncounted: str | None = None
     for role in ROLES:
         path = shape.table(role)
         if not path:
@@ -222,12 +228,9 @@ def _explore(manager: Any, shape: Shape, context: Callable[[str], Any], stub: _S
         except TypeError as exc:
             raise ValueError(f"--tables {role}={path}: {exc}") from None
         if role == "results" and not is_queue(value):
-            raise ValueError(
-                f"--tables results={path}: {_class_name(manager)}.{path} is a "
-                f"{type(value).__name__}, not a queue (put and get_nowait) whose puts the "
-                f"oracle can count; leave results out and a settle watches the worker "
-                f"thread go idle instead"
-            )
+            uncounted = (f"`{path}` named, a {type(value).__name__}, not a queue (put and "
+                         "get_nowait) whose puts the oracle can count")
+            continue
         named.append(Table(role, path, named=True))
     said = {role for role, _ in shape.tables}
     changed = threading.Condition()
@@ -258,7 +261,7 @@ def _explore(manager: Any, shape: Shape, context: Callable[[str], Any], stub: _S
             "no attribute of the class holds the looked-up key after lookup(): "
             "name its tables with --tables probes=...,index=...,batch=..."
         )
-    return TablesUsed(tables, results, reason, verdict, cleanup_error)
+    return TablesUsed(tables, results, reason, uncounted, verdict, cleanup_error)
 
 
 def _rest_of_life(manager: Any, shape: Shape, context: Callable[[str], Any]) -> str | None:
