@@ -82,7 +82,6 @@ class _Driving(Protocol):
     def lookup(self, key: bytes, request: str) -> None: ...
     def flush(self) -> None: ...
     def cleanup(self, request: str) -> None: ...
-    def drain_results(self) -> None: ...
     def await_empty(self, first: str = ...) -> None: ...
     def answer(self, plan: Plan = ..., bound: float | None = ...) -> None: ...
     def probe_group(self, plan: Plan = ..., post: bool = ...) -> None: ...
@@ -120,12 +119,13 @@ class Eventually:
         if self.failed:
             return
         released = self.tier.release()
+        hint_bound = min(self.wait_bound, HINT_BOUND)
         if self.checker.owed_tier_calls() > 0:
             # A worker that posts per group may post what it was given.  Its next tier
             # call, if it comes within the hint's bound, is a fact: the worker holds
             # that group's batch, so it posted every batch before it (TierCallWaiting).
             # The call stays waiting for an ``answer``; none coming decides nothing.
-            waiting = self.tier.waiting(min(self.wait_bound, HINT_BOUND))
+            waiting = self.tier.waiting(hint_bound)
             if released or waiting is not None:
                 seen = "" if waiting is None else (
                     f" -> its next tier call came: {list(waiting[0])!r} for {waiting[1]!r}"
@@ -137,7 +137,6 @@ class Eventually:
         if not self.unsettled():
             return
         expected = self._posted_expected
-        hint_bound = min(self.wait_bound, HINT_BOUND)
         done = self.target.wait_posted(expected, hint_bound)
         self._settled_at = expected
         if not done and self._answer_unowed():
