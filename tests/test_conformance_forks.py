@@ -250,3 +250,56 @@ def test_a_call_of_the_next_batch_before_the_last_is_done_is_progress() -> None:
         driver.close()
     assert caught.value.violation.number == 6, str(caught.value)
     assert "a group of a later batch" in caught.value.violation.detail
+
+
+class PostGatedPool(PoolTakesNextBatchEarly):
+    """The early-taking pool whose thread for request A's first group waits for ``gate``
+    before it posts (``posted`` is set once it has): the test makes the next batch's
+    tier call come while that verdict is still unposted."""
+
+    def __init__(self, tier_type: str) -> None:
+        self.gate, self.posted = threading.Event(), threading.Event()
+        super().__init__(tier_type)
+
+    def _probe_and_post(self, group: Group) -> None:
+        results = self._probe(group)
+        if group[0].req_id == "A" and not self.posted.is_set():
+            self.gate.wait(10)
+            self._pending_results.put(results)
+            self.posted.set()
+            return
+        self._pending_results.put(results)
+
+
+def test_a_post_made_after_the_next_tier_call_is_progress_not_waste() -> None:
+    """The run a CI machine once named 8: cleanup('A') leaves k1's probe, in flight, to B;
+    A's k1 is answered but its post waits while the next batch's call ([k2] for A)
+    arrives; lookup(k1, 'A') then gets None.  Either cleanup deleted the probe (8) or the
+    post came after the next call (6): the finding waits until one is ruled out.  The
+    pool then posts, a drain applies it, and the lookup's False rules out the deleted
+    probe: property 6."""
+    driver = Driver(impl_factory(f"{__name__}:PostGatedPool"), mode="threaded",
+                    strict_efficiency=True)
+    manager = driver.target.manager  # type: ignore[attr-defined]
+    try:
+        driver.lookup(b"k1", "A")
+        driver.flush()
+        driver.cleanup("A")
+        driver.lookup(b"k1", "B")
+        driver.lookup(b"k2", "A")
+        driver.flush()
+        driver.answer()  # [k1] for A: False, its post held at the gate
+        driver.settle()
+        assert "its next tier call came: [b'k2'] for 'A'" in driver.calls[-1].text
+        driver.lookup(b"k1", "A")  # None: wasteful cleanup or a late post, undecided
+        assert not driver.failed, str(driver.checker.violation)
+        manager.gate.set()
+        assert manager.posted.wait(10)
+        driver.drain_results()
+        with pytest.raises(ConformanceError) as caught:
+            driver.lookup(b"k1", "A")  # False: the probe was never deleted
+    finally:
+        manager.gate.set()
+        driver.close()
+    assert caught.value.violation.number == 6, str(caught.value)
+    assert "before it takes the next" in caught.value.violation.detail

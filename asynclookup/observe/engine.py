@@ -27,7 +27,14 @@ explain it and keeps those; hidden steps fill the gaps:
 - ``cleanup`` may also delete an orphaned IN_FLIGHT probe.  That breaks only
   property 8 (an efficiency property), so such states are kept but tagged; when
   only tagged states remain the checker records a property-8 *warning* and goes
-  on checking safety.
+  on checking safety;
+- a tier call seen arrive (``TierCallWaiting``) keeps the states in which the
+  worker holds that group, since one worker posts before it takes the next batch.
+  The states it rules out are kept apart (``late``): they explain the IUT only if
+  its worker took the next batch before posting the last, which breaks property 6.
+  They only name findings: an observation no state explains but a late one is
+  that property-6 breach, and while a late state explains what only a tagged one
+  otherwise does, the property-8 warning waits until one of the two is ruled out.
 
 When the set becomes empty the observation is excluded by the spec: the
 checker returns a ``Violation`` naming the property of docs/properties.md (chosen by
@@ -135,6 +142,12 @@ class Checker(Notes):
         self.violation: Violation | None = None
         self.warnings: list[Violation] = []
         self.stopped = False
+        # States a TierCallWaiting ruled out, stepped alongside (see the module's text),
+        # the call that ruled out the first of them, and a property-8 warning that
+        # waits while a late state explains what only tagged ones otherwise do.
+        self._late: dict[State, bool] = {}
+        self._late_since: TierCallWaiting | None = None
+        self._waste_waiting: Violation | None = None
 
     @property
     def states(self) -> tuple[State, ...]:
@@ -267,16 +280,13 @@ class Checker(Notes):
         self.history.append(obs)
         if self.violation is not None:
             return self.violation
-        before = self._states
+        before, late_before = self._states, self._late
         problem = self._usage(obs)
-        after = {} if problem is not None else self._advance(obs)
-        # Trim before closing under the hidden worker steps, so that every state kept
-        # also has its successors (trimmed after, a tagged state's TakeBatch would go
-        # with the states of as many probes that sort before it).
-        self._trim_tagged(after)
-        if after and self.hidden_worker:
-            after = self._close(after, (core.TakeBatch(), core.Post()))
+        after = {} if problem is not None else self._successors(obs)
+        late = self._late_successors(obs, problem, before, after)
         if not after:
+            if any(not t for t in late.values()):
+                return self._late_violation(obs, before, late_before)
 
             number, detail = problem if problem is not None else classify(self, obs, before)
             likeliest = sorted(before, key=before.__getitem__)  # efficient states first
@@ -291,14 +301,71 @@ class Checker(Notes):
         if all(after.values()) and not all(before.values()):
 
             efficient = {s: t for s, t in before.items() if not t}
-            self.warnings.append(
-                Violation(
-                    8, efficiency_detail(self, obs, efficient), len(self.history) - 1,
-                    obs, tuple(efficient)[:3],
-                )
+            self._waste_waiting = Violation(
+                8, efficiency_detail(self, obs, efficient), len(self.history) - 1,
+                obs, tuple(efficient)[:3],
             )
         self._states = after
+        # A state the spec reaches in order needs no late explanation.
+        self._late = {s: t for s, t in late.items() if s not in after}
+        if len(self._late) > self.max_states:
+            self._late = {}  # too many to step: findings are named without them
+        if self._waste_waiting is not None and (
+            isinstance(obs, ShutdownSeen) or all(self._late.values())
+        ):
+            # no late state explains the IUT (or it shut down undecided): the waste stands
+            self.warnings.append(self._waste_waiting)
+            self._waste_waiting = None
         return None
+
+    def _successors(self, obs: Observation) -> dict[State, bool]:
+        """The possible states' successors that explain ``obs``, trimmed and closed."""
+        after = self._advance(obs)
+        # Trim before closing under the hidden worker steps, so that every state kept
+        # also has its successors (trimmed after, a tagged state's TakeBatch would go
+        # with the states of as many probes that sort before it).
+        self._trim_tagged(after)
+        if after and self.hidden_worker:
+            after = self._close(after, (core.TakeBatch(), core.Post()))
+        return after
+
+    def _late_successors(
+        self, obs: Observation, problem: tuple[int | None, str] | None,
+        before: dict[State, bool], after: dict[State, bool],
+    ) -> dict[State, bool]:
+        """The late states stepped by ``obs``, and those a ``TierCallWaiting`` rules out."""
+        if isinstance(obs, TierCallWaiting):
+            if len(after) < len(before):
+                self._late_since = self._late_since or obs
+                return {**self._late, **{s: t for s, t in before.items() if s not in after}}
+            return self._late
+        if not self._late or problem is not None:
+            return {}
+        kept = self._states
+        self._states = self._late
+        try:
+            return self._successors(obs)
+        finally:
+            self._states = kept
+
+    def _late_violation(
+        self, obs: Observation, before: dict[State, bool], late: dict[State, bool]
+    ) -> Violation:
+        """Property 6: only a worker that took its next batch before posting explains ``obs``
+        (``before``: the states in order, which do not; ``late``: those that do)."""
+        arrived = self._late_since
+        call = "" if arrived is None else f" ({list(arrived.keys)!r} for {arrived.request!r})"
+        _, seen = classify(self, obs, before)
+        self.violation = Violation(
+            6,
+            f"{seen.split(';')[0]}: explained only if the worker had not yet posted the "
+            f"verdicts it was given when its next tier call{call} came, although one worker "
+            "posts the batch in hand before it takes the next (docs/protocol.md, "
+            "\"The operations\", take_batch)",
+            len(self.history) - 1, obs,
+            tuple(sorted(late, key=late.__getitem__))[:3],
+        )
+        return self.violation
 
     # -- one observation ---------------------------------------------------------
 
