@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.replay import open_replay
-from asynclookup.conformance.targets.bounded import CALL_BOUND
+from asynclookup.conformance.targets.bounded import CALL_BOUND, STRETCH, Patience, patiently
 from tests.zoo.vllm_shaped import VllmShapedManager
 
 NEVER = threading.Event()  # never set
@@ -96,3 +97,47 @@ def test_a_constructor_that_never_returns_is_a_finding() -> None:
     assert error.violation.number == 6
     assert "the constructor did not return within" in error.violation.detail
     assert error.calls[0].method == "construct"
+
+
+# -- a bound that counts the time the process could run -------------------------------------
+
+
+def _late_by(seconds: float) -> Callable[[float], None]:
+    """A wait that returns ``seconds`` later than asked (as a starved waiter's would)."""
+    never = threading.Event()
+
+    def wait(asked: float) -> None:
+        never.wait(asked + seconds)
+
+    return wait
+
+
+def test_a_slice_that_ends_late_stretches_the_bound_by_its_lateness() -> None:
+    patience = Patience(0.1)
+    patience.wait(_late_by(0.3))
+    assert patience.waited() > 0.3
+    assert patience.lateness > 0.25
+    assert patience.left() > 0.0  # wall time passed the bound; the process's time did not
+
+
+def test_a_starved_wait_still_ends_at_its_stretch() -> None:
+    patience = Patience(0.1)
+    slices = 0
+    while patience.left() and slices < 100:
+        patience.wait(_late_by(0.5))
+        slices += 1
+    assert not patience.left() and slices < 100
+    assert patience.lateness > STRETCH * 0.1  # uncapped, the bound would not be over
+    assert patience.waited() >= STRETCH * 0.1
+
+
+def test_a_wait_for_what_never_comes_gives_none_after_the_bound() -> None:
+    never = threading.Event()
+    started = time.monotonic()
+    assert patiently(lambda s: never.wait(s) or None, 0.1) is None
+    assert time.monotonic() - started >= 0.1
+
+
+def test_a_patient_wait_gives_what_came() -> None:
+    calls = iter([None, None, "call"])
+    assert patiently(lambda s: next(calls), 10.0) == "call"

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import copy
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from asynclookup.conformance.counterexample import Call, _shown
 from asynclookup.conformance.targets.adapter import OracleTier, Plan, Target
+from asynclookup.conformance.targets.bounded import Patience
 from asynclookup.observe.engine import (
     Checker,
     DrainSeen,
@@ -290,15 +290,14 @@ class Eventually:
         unless a tier call the spec does not owe explains the wait (it is answered and
         judged), the post is ``Overdue``."""
         self.tier.release()  # a wait: the worker gets its held answers
-        deadline = time.monotonic() + self.wait_bound
+        patience = Patience(self.wait_bound)  # a starved wait stretches (bounded.py)
         pause, longest = REASK_PAUSES
         while not self.failed:
             if reask():
                 return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if not patience.left():
                 break
-            self._pause.wait(min(pause, remaining))
+            patience.wait(self._pause.wait, pause)
             pause = min(2 * pause, longest)
         if self.failed or self._answer_unowed():
             return

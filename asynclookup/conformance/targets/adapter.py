@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+from asynclookup.conformance.targets.bounded import patiently
 from asynclookup.observe.observations import Answer, TierCallSeen
 from asynclookup.reference.errors import ManagerClosedError
 from asynclookup.reference.events import Event
@@ -224,9 +225,13 @@ class OracleTier:
         return not self._calls.empty()
 
     def next_call(self, timeout: float) -> _Pending | None:
-        """Threaded: the oldest call waiting for an answer, or None after ``timeout``.
+        """Threaded: the oldest call waiting for an answer, or None after ``timeout``
+        seconds of the process's time (``patiently``: a starved wait stretches).
         Held answers are released first (the worker cannot call again while held)."""
         self.release()
+        return patiently(self._get_call, timeout)
+
+    def _get_call(self, timeout: float) -> _Pending | None:
         try:
             return self._calls.get(timeout=timeout)
         except queue.Empty:

@@ -11,6 +11,14 @@ process can still exit; nothing is called on that IUT again).
 One thread for every call keeps what the IUT sees the same as a plain
 scheduler's: every call comes from the same thread, one at a time.  Waits are
 ``threading.Event.wait`` with a timeout: nothing here sleeps.
+
+A wait whose end is a finding (a call that does not return, a tier call or a post
+the spec owes) counts only the time this process could run (``Patience``): it
+waits in slices, and a slice that ends later than it asked (the waiting thread
+itself was kept from running: a loaded machine, a paused VM) adds that lateness
+to the bound.  A starved machine then lengthens the wait instead of condemning a
+class for the machine's load; the bound stretches at most ``STRETCH`` times, so
+it stays a bound.
 """
 
 from __future__ import annotations
@@ -32,6 +40,9 @@ CALL_BOUND = 10.0  # seconds one call into the IUT may take before it is reporte
 # on a loaded machine: it gets longer before it is reported.
 CONSTRUCT_BOUND = 30.0
 STACK_FRAMES = 6  # innermost frames shown of each thread's stack
+SLICE = 0.05  # seconds of one slice of a patient wait
+LATE = 0.01  # a slice that ends later than asked by more than this was starved
+STRETCH = 4.0  # a starved wait lasts at most this many times its bound
 
 
 class CallHung(AsyncLookupError, RuntimeError):
@@ -46,6 +57,44 @@ class CallHung(AsyncLookupError, RuntimeError):
         self.seconds = seconds
         self.stacks = stacks
         super().__init__(f"{call} did not return within {seconds:.1f} s")
+
+
+class Patience:
+    """A bound of ``seconds`` that stretches by how late the waiter's own wakes were."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.started = time.monotonic()
+        self.lateness = 0.0  # seconds the waiter was kept from running after a slice
+
+    def left(self) -> float:
+        """Seconds left of the bound (0.0 once it has passed)."""
+        stretched = min(self.seconds + self.lateness, STRETCH * self.seconds)
+        return max(0.0, self.started + stretched - time.monotonic())
+
+    def waited(self) -> float:
+        """Seconds since the wait began (wall time, lateness included)."""
+        return time.monotonic() - self.started
+
+    def wait(self, wait: Callable[[float], T], longest: float = SLICE) -> T:
+        """``wait(s)`` for ``s`` at most ``longest`` and what is left; its lateness counted."""
+        asked = min(longest, self.left())
+        start = time.monotonic()
+        got = wait(asked)
+        late = time.monotonic() - start - asked - LATE
+        if late > 0:
+            self.lateness += late
+        return got
+
+
+def patiently(wait: Callable[[float], T | None], seconds: float) -> T | None:
+    """``wait(s)`` slice after slice until it gives something other than None, or the
+    ``Patience`` of ``seconds`` runs out (then None)."""
+    patience = Patience(seconds)
+    while True:
+        got = patience.wait(wait)
+        if got is not None or not patience.left():
+            return got
 
 
 class _Job:
@@ -85,10 +134,10 @@ class SchedulerThread:
         if self.hung is not None:
             raise self.hung
         job = _Job(fn)
-        started = time.monotonic()
+        patience = Patience(self.bound)
         self._jobs.put(job)
-        if not job.done.wait(self.bound):
-            seconds = time.monotonic() - started
+        if not patiently(lambda s: job.done.wait(s) or None, self.bound):
+            seconds = patience.waited()
             threads = [self._thread, *(t for t in watched() if t is not self._thread)]
             self.hung = CallHung(what, seconds, stacks_of(threads))
             raise self.hung
