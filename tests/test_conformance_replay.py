@@ -242,6 +242,13 @@ def test_a_property_8_finding_is_offered_the_protocols_witness_when_shrinking() 
     assert witness is not None and witness[:5] == [
         ("lookup", (b"k0", "B")), ("flush", ()), ("cleanup", ("B",)),
         ("lookup", (b"k0", "B")), ("flush", ())]
-    small = shrink(error, budget=1.5)  # too short to delete twelve calls one by one
-    assert small.violation.number == 8, str(small)
+    # Too short a budget to delete twelve calls one by one.  The witness races the
+    # worker too (its first call must start before the cleanup), and the shrinker keeps
+    # it only if a replay at the full bound reproduces it: a loaded machine once lost
+    # that replay, so the shrink is tried up to three times.
+    for _ in range(3):
+        small = shrink(error, budget=1.5)
+        assert small.violation.number == 8, str(small)
+        if len(small.calls) <= 7:
+            break
     assert len(small.calls) <= 7, f"{small}\n{small.shrink_report}"
