@@ -28,6 +28,7 @@ from asynclookup.observe.engine import (
     Stalled,
     TakeBatchSeen,
     TierCallSeen,
+    TierCallWaiting,
     WorkerDied,
     verdict_candidates,
 )
@@ -439,3 +440,59 @@ def test_non_bool_answer_read_as_false_is_accepted() -> None:
          FlushSeen(), LookupSeen(K0, "A", False)],
         threaded=True,
     )
+
+
+# -- a tier call seen arrive, and the states it rules out (late) ------------------------------
+
+
+def _k1_arrives_after_k0_answered() -> list[Observation]:
+    """A's k0 answered; B's k1 flushed; B's k1 call arrives: one worker posted k0 first."""
+    return [
+        LookupSeen(K0, "A", None), FlushSeen(), TierCallSeen((K0,), "A", FALSE),
+        LookupSeen(K1, "B", None), FlushSeen(), TierCallWaiting((K1,), "B"),
+    ]
+
+
+def test_a_none_only_a_late_post_explains_is_property_6_by_the_order_it_broke() -> None:
+    """k0's post is proven by k1's call; a lookup that still gets None for k0 is explained
+    only if the worker took k1's batch before posting k0's: property 6, and the report
+    says which call came first."""
+    violation = first_violation(
+        [*_k1_arrives_after_k0_answered(), LookupSeen(K0, "C", None)], threaded=True
+    )
+    assert violation.number == 6
+    assert "next tier call ([b'k1'] for 'B')" in violation.detail
+    assert "before it takes the next" in violation.detail
+
+
+def test_without_the_arrival_the_same_none_is_a_post_not_yet_made() -> None:
+    observations = _k1_arrives_after_k0_answered()
+    feed([*observations[:-1], LookupSeen(K0, "C", None)], threaded=True)
+
+
+def _waste_or_late() -> Checker:
+    """cleanup('A') leaves k0's in-flight probe to B; A's k0 is answered and A's k1 call
+    arrives; lookup(k0, 'A') gets None: explained by a cleanup that deleted the probe
+    (tagged, property 8) or by a post not yet made when k1's call came (late, 6)."""
+    return feed([
+        LookupSeen(K0, "A", None), FlushSeen(), CleanupSeen("A"), LookupSeen(K0, "B", None),
+        LookupSeen(K1, "A", None), FlushSeen(), TierCallSeen((K0,), "A", FALSE),
+        TierCallWaiting((K1,), "A"), LookupSeen(K0, "A", None),
+    ], threaded=True)
+
+
+def test_waste_or_a_late_post_waits_and_the_late_post_showing_is_property_6() -> None:
+    checker = _waste_or_late()
+    assert checker.warnings == [] and checker.violation is None
+    assert checker.observe(DrainSeen()) is None
+    violation = checker.observe(LookupSeen(K0, "A", False))  # the probe was not deleted
+    assert violation is not None and violation.number == 6, violation
+    assert checker.warnings == []
+
+
+def test_waste_or_a_late_post_waits_and_the_key_probed_again_is_property_8() -> None:
+    checker = _waste_or_late()
+    assert checker.observe(TierCallSeen((K1,), "A", FALSE)) is None
+    assert checker.observe(TierCallSeen((K0,), "B", FALSE)) is None  # a second probe of k0
+    assert [w.number for w in checker.warnings] == [8]
+    assert checker.warnings[0].observation == LookupSeen(K0, "A", None)  # where it showed

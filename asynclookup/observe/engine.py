@@ -341,12 +341,13 @@ class Checker(Notes):
             return self._late
         if not self._late or problem is not None:
             return {}
-        kept = self._states
+        kept, notes = self._states, self.copied_notes()
         self._states = self._late
-        try:
+        try:  # stepped on a copy of the notes: late states name nothing of the others
             return self._successors(obs)
         finally:
             self._states = kept
+            self.take_notes(notes)
 
     def _late_violation(
         self, obs: Observation, before: dict[State, bool], late: dict[State, bool]

@@ -102,6 +102,15 @@ class Notes:
         self.dropped, self.orphaned = other.dropped, other.orphaned
         self.cleaned, self.flushed_below = other.cleaned, other.flushed_below
 
+    def copied_notes(self) -> Notes:
+        """The notes in containers of their own (``take_notes`` of it holds a copy)."""
+        copy = Notes()
+        copy.take_notes(self)
+        copy.faulty, copy.missed, copy.stale = dict(self.faulty), set(self.missed), set(self.stale)
+        copy.dropped, copy.orphaned = set(self.dropped), set(self.orphaned)
+        copy.cleaned = dict(self.cleaned)
+        return copy
+
     def _note_cleanup(self, request: str) -> None:
         """``request`` cleaned up: its entries flushed so far were in flight then."""
         self.cleaned[request] = self.flushed_below
