@@ -143,7 +143,7 @@ class Checker(Notes):
         self.warnings: list[Violation] = []
         self.stopped = False
         # States a TierCallWaiting ruled out, stepped alongside (see the module's text),
-        # the call that ruled out the first of them, and a property-8 warning that
+        # the call that ruled out the oldest of them, and a property-8 warning that
         # waits while a late state explains what only tagged ones otherwise do.
         self._late: dict[State, bool] = {}
         self._late_since: TierCallWaiting | None = None
@@ -212,6 +212,7 @@ class Checker(Notes):
         """Start from ``states`` (in order, with their tags, as ``tagged_states`` gives them),
         the classification notes ``notes`` and ``stopped``."""
         self._states = dict(states)
+        self._late, self._late_since = {}, None
         self.stopped = stopped
         self.take_notes(notes)
 
@@ -310,6 +311,8 @@ class Checker(Notes):
         self._late = {s: t for s, t in late.items() if s not in after}
         if len(self._late) > self.max_states:
             self._late = {}  # too many to step: findings are named without them
+        if not self._late:
+            self._late_since = None
         if self._waste_waiting is not None and (
             isinstance(obs, ShutdownSeen) or all(self._late.values())
         ):
@@ -336,7 +339,7 @@ class Checker(Notes):
         """The late states stepped by ``obs``, and those a ``TierCallWaiting`` rules out."""
         if isinstance(obs, TierCallWaiting):
             if len(after) < len(before):
-                self._late_since = self._late_since or obs
+                self._late_since = self._late_since if self._late else obs
                 return {**self._late, **{s: t for s, t in before.items() if s not in after}}
             return self._late
         if not self._late or problem is not None:
