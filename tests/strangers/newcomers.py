@@ -372,14 +372,11 @@ class SelfPipeManager(_ProbeBook):
                 return "stop"
             return self._inbox.popleft() if self._inbox else "idle"
 
-    def _empty_pipe(self) -> bool:
-        """Reads every pending wake-up byte; False if the write end is closed."""
-        while True:
-            try:
-                if not os.read(self._wake_r, 4096):
-                    return False
-            except BlockingIOError:
-                return True
+    def _empty_pipe(self) -> None:
+        """Reads every pending wake-up byte (the write end stays open while the worker runs)."""
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._wake_r, 4096):
+                pass
 
     def _run(self) -> None:
         selector = selectors.DefaultSelector()
@@ -391,8 +388,7 @@ class SelfPipeManager(_ProbeBook):
                     if item == "stop":
                         return
                     selector.select(self.idle_timeout)  # a wake-up byte, or the bound
-                    if not self._empty_pipe():
-                        return  # the write end is closed: shutdown is over
+                    self._empty_pipe()
                     continue
                 sequence, batch = item
                 results: list[Result] = []
