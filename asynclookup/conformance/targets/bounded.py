@@ -86,15 +86,18 @@ class Patience:
             self.lateness += late
         return got
 
+    def until(self, wait: Callable[[float], T | None]) -> T | None:
+        """``wait(s)`` slice after slice until it gives something other than None, or the
+        bound runs out (then None)."""
+        while True:
+            got = self.wait(wait)
+            if got is not None or not self.left():
+                return got
+
 
 def patiently(wait: Callable[[float], T | None], seconds: float) -> T | None:
-    """``wait(s)`` slice after slice until it gives something other than None, or the
-    ``Patience`` of ``seconds`` runs out (then None)."""
-    patience = Patience(seconds)
-    while True:
-        got = patience.wait(wait)
-        if got is not None or not patience.left():
-            return got
+    """``Patience(seconds).until(wait)``: a patient wait of its own."""
+    return Patience(seconds).until(wait)
 
 
 class _Job:
@@ -136,7 +139,7 @@ class SchedulerThread:
         job = _Job(fn)
         patience = Patience(self.bound)
         self._jobs.put(job)
-        if not patiently(lambda s: job.done.wait(s) or None, self.bound):
+        if not patience.until(lambda s: job.done.wait(s) or None):
             seconds = patience.waited()
             threads = [self._thread, *(t for t in watched() if t is not self._thread)]
             self.hung = CallHung(what, seconds, stacks_of(threads))
