@@ -33,7 +33,6 @@ from asynclookup.observe.states import (
     H,
     P,
     StateSet,
-    concrete_cached,
 )
 
 
@@ -50,6 +49,9 @@ class Apart(StateSet):
         # the set (this very list) that a lookup's early drain cannot change: see
         # ``_lookup_apart``
         self._drain_closed: list[H] | None = None
+        # the set (this very list) whose stale results are noted, for ``base`` as it is:
+        # a lookup of a key no posted result names leaves the notes as they were
+        self._stale_noted: list[H] | None = None
 
     def _lookup_apart(self, key: bytes, request: str, verdict: object) -> bool:
         """The general lookup's result, built directly when ``key`` is apart: True, done.
@@ -87,7 +89,8 @@ class Apart(StateSet):
                 return False  # the general path decides (fold, bound, warning)
             if pairs == list(zip(hyps, self.tags, strict=True)):
                 self._drain_closed, pairs = hyps, None
-        self._note_stale_results()
+        if self._stale_noted is not hyps:
+            self._note_stale_results()
         closed = pairs is None  # then the result is closed under the early drain too
         if pairs is not None:
             hyps = [h for h, _ in pairs]
@@ -104,6 +107,8 @@ class Apart(StateSet):
         self.index.setdefault(request, set()).add(key)
         self.hyps = hyps
         self._drain_closed = hyps if closed else None
+        if closed and all(r[0] != key for h in hyps for r in h[6]):
+            self._stale_noted = hyps
         if len(hyps) > 1 and len(hyps[0][0]) > self._promote_at:
             self._promote()
             self._drain_closed = None
@@ -182,9 +187,4 @@ class Apart(StateSet):
     def _predrained(self, starts: list[tuple[H, bool]]) -> list[tuple[H, bool]]:
         """The machinery of ``_commit`` (merge, trim, close under hidden worker steps, the
         merge up to generations) applied to ``starts``."""
-        ident = concrete_cached()
-        pairs = self._trim_tagged(self._merge(starts, False, ident))
-        pairs = self._close(pairs, ident)
-        if len(pairs) > MERGE_AT:
-            pairs = self._merge(pairs, False, self._identity)
-        return pairs
+        return self._settle(starts, False, close=True)

@@ -59,6 +59,7 @@ It drives no implementation and checks against the spec's own transitions only.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from asynclookup.observe import engine as oracle
@@ -194,10 +195,10 @@ class FastChecker(Apart):
             self.hyps[0] = ({}, h[1], (), queue, h[4], h[5], (), True)
             return None
         self._note_stale_results()
-        get = self._get
-        self._note_flush((e, get(h[0], e[0])) for h in self.hyps for e in h[2])
-        out = [(self._flush(h), tag) for h, tag in zip(self.hyps, self.tags, strict=True)]
-        return self._commit(out, obs, oracle.FlushSeen)
+        self._note_flush(self._batched())
+        alike = self._submitted_alike()
+        out = [(self._flush(h, alike), tag) for h, tag in zip(self.hyps, self.tags, strict=True)]
+        return self._commit(out, obs, oracle.FlushSeen, lambda: self._submit_in_base(alike))
 
     def drain(self, obs: Any = None) -> Violation | None:
         """``drain_results()`` returned: apply every posted result."""
@@ -430,18 +431,77 @@ class FastChecker(Apart):
         self._put(nxt, key, p)
         return (nxt, gen, batch, h[3], h[4], h[5], h[6], h[7]), p[2]
 
-    def _flush(self, h: H) -> H:
+    def _batched(self) -> Iterator[tuple[tuple[Any, ...], P | None]]:
+        """Each batch entry of each possible state with its key's probe there (what
+        ``_note_flush`` takes), given once for all the states that see them alike:
+        the first state's batch, none of its keys in their overlay."""
+        hyps, base = self.hyps, self.base
+        batch = hyps[0][2]
+        keys = {e[0] for e in batch}
+        alike_given = False
+        for h in hyps:
+            overlay = h[0]
+            if h[2] == batch and keys.isdisjoint(overlay):
+                if not alike_given:
+                    alike_given = True
+                    yield from ((e, base.get(e[0])) for e in batch)
+                continue
+            get = self._get
+            yield from ((e, get(overlay, e[0])) for e in h[2])
+
+    def _submitted_alike(self) -> frozenset[tuple[bytes, int]]:
+        """The probes (key, generation) a flush submits alike in every possible state, from
+        ``base``: every state has the same batch, with a live entry of the probe, and holds
+        the key in ``base`` (in no overlay, named by no posted result the flush applies
+        first).
+        ``_flush`` leaves them out of the overlays and ``_submit_in_base`` marks them
+        IN_FLIGHT in ``base``, which the general path would do in every overlay and
+        ``_promote`` would move back."""
+        hyps, base = self.hyps, self.base
+        batch = hyps[0][2]
+        alike = {}
+        for e in batch:
+            p = base.get(e[0])
+            if p is not None and p[0] == e[2]:
+                alike[e[0]] = e[2]
+        for h in hyps:
+            if not alike:
+                break
+            if h[2] != batch:
+                return frozenset()
+            for k in h[0]:
+                alike.pop(k, None)
+            for r in h[6]:
+                alike.pop(r[0], None)
+        return frozenset(alike.items())
+
+    def _submit_in_base(self, probes: frozenset[tuple[bytes, int]]) -> None:
+        base = self.base
+        for key, _ in probes:
+            p = base[key]
+            base[key] = (p[0], IN_FLIGHT, p[2], p[3])
+
+    def _flush(self, h: H, alike: frozenset[tuple[bytes, int]] = frozenset()) -> H:
+        """The spec's flush of state ``h``, but the keys of ``alike`` (see
+        ``_submitted_alike``) are left as ``base`` holds them."""
         h = self._apply_posted(h)
-        overlay = h[0]
-        nxt = dict(overlay)
-        submitted = []
+        overlay = nxt = h[0]  # copied before the first change only, so states that
+        submitted = []  # change nothing here keep sharing theirs
         for entry in h[2]:
+            if (entry[0], entry[2]) in alike:
+                submitted.append(entry)
+                continue
             p = self._get(overlay, entry[0])
             if p is None or p[0] != entry[2]:
                 continue
             submitted.append(entry)
+            if nxt is overlay:
+                nxt = dict(overlay)
             self._put(nxt, entry[0], (p[0], IN_FLIGHT, p[2], p[3]))
-        queue = (*h[3], tuple(submitted)) if submitted else h[3]
+        if not submitted:
+            queue = h[3]
+        else:  # the batch itself when all of it goes, shared by the states that share it
+            queue = (*h[3], h[2] if len(submitted) == len(h[2]) else tuple(submitted))
         return (nxt, h[1], (), queue, h[4], h[5], h[6], True)
 
 

@@ -43,6 +43,9 @@ H: TypeAlias = tuple[Overlay, int, tuple[Any, ...], tuple[Any, ...], tuple[Any, 
                      tuple[Any, ...], tuple[Any, ...], bool]
 Identity: TypeAlias = Callable[[H], tuple[Any, ...]]
 
+_ABSENT = ("absent",)  # what ``dict.get`` gives for a key an overlay does not hold
+
+
 class StateSet(Notes):
     """A set of possible spec states, factorised per key (see the module docstring).
 
@@ -173,15 +176,16 @@ class StateSet(Notes):
     def _apply_posted(self, h: H) -> H:
         if not h[6]:
             return (h[0], h[1], h[2], h[3], h[4], h[5], (), False)
-        nxt = dict(h[0])
-        for key, generation, verdict in h[6]:
-            p = self._get(nxt, key)
+        base, nxt = self.base, dict(h[0])
+        for key, generation, verdict in h[6]:  # ``_get`` and ``_put``, inline
+            p = nxt[key] if key in nxt else base.get(key)
             if p is None or p[0] != generation:
                 continue
-            if not p[3]:
-                self._put(nxt, key, None)
+            q = (p[0], RESOLVED, verdict, p[3]) if p[3] else None
+            if q == base.get(key):
+                nxt.pop(key, None)
             else:
-                self._put(nxt, key, (p[0], RESOLVED, verdict, p[3]))
+                nxt[key] = q
         return (nxt, h[1], h[2], h[3], h[4], h[5], (), False)
 
     # -- the set -------------------------------------------------------------------------
@@ -210,12 +214,7 @@ class StateSet(Notes):
             self.hyps, self.tags = [h], [tag]
             return None
         if len(out) > 1 or self.hidden_worker:
-            ident = concrete_cached()
-            pairs = self._trim_tagged(self._merge(out, setdefault, ident))  # before closing,
-            if self.hidden_worker and pairs:  # as the engine does
-                pairs = self._close(pairs, ident)
-            if len(pairs) > MERGE_AT:
-                pairs = self._merge(pairs, False, self._identity)
+            pairs = self._settle(out, setdefault, close=self.hidden_worker)
         else:
             pairs = out
         if not pairs:
@@ -240,14 +239,45 @@ class StateSet(Notes):
                 self._promote()
         return None
 
+    def _settle(
+        self, out: Iterable[tuple[H, bool]], setdefault: bool, *, close: bool
+    ) -> list[tuple[H, bool]]:
+        """The set ``out`` makes: merged (``_merge``), the tagged trimmed, closed under hidden
+        worker steps when ``close`` (``_close``; trimming comes first, as the engine does),
+        and merged up to generations beyond ``MERGE_AT`` states.  Each state's identity is
+        computed once."""
+        ident = concrete_cached()
+        ids: dict[tuple[Any, ...], int] = {}  # identity -> place in hyps
+        hyps: list[H] = []
+        tags: list[bool] = []
+        for h, tag in out:  # ``_merge``, keeping the identities
+            key = ident(h)
+            i = ids.get(key)
+            if i is None:
+                ids[key] = len(hyps)
+                hyps.append(h)
+                tags.append(tag)
+            elif not (setdefault and tag):
+                tags[i] = tags[i] and tag
+        pairs = list(zip(hyps, tags, strict=True))
+        if self.tagged_kept < tags.count(True) < len(hyps):
+            pairs = self._trim_tagged(pairs)
+            ids = {ident(h): i for i, (h, _) in enumerate(pairs)}
+        if close and pairs:
+            pairs = self._close(pairs, ident, ids)
+        if len(pairs) > MERGE_AT:
+            pairs = self._merge(pairs, False, self._identity)
+        return pairs
+
     def _promote(self) -> None:
         """Move the keys on which every possible state agrees from the overlays to ``base``."""
         first = self.hyps[0][0]
-        overlays = [h[0] for h in self.hyps]
+        overlays = list({id(h[0]): h[0] for h in self.hyps[1:] if h[0] is not first}.values())
         agreed = [
             k for k, p in first.items()
-            if all(k in o and o[k] == p for o in overlays)
+            if all(o.get(k, _ABSENT) == p for o in overlays)
         ]
+        overlays.append(first)
         for k in agreed:
             p = first[k]
             for o in overlays:
@@ -326,10 +356,15 @@ class StateSet(Notes):
                 tags[i] = tags[i] and tag
         return list(zip(hyps, tags, strict=True))
 
-    def _close(self, pairs: list[tuple[H, bool]], identity: Identity) -> list[tuple[H, bool]]:
+    def _close(
+        self, pairs: list[tuple[H, bool]], identity: Identity,
+        ids: dict[tuple[Any, ...], int] | None = None,
+    ) -> list[tuple[H, bool]]:
         """``pairs`` plus every state reachable by hidden take_batch and post (the engine's
-        ``_close``: depth first, an efficient path wins), over identities."""
-        ids = {identity(h): i for i, (h, _) in enumerate(pairs)}
+        ``_close``: depth first, an efficient path wins), over identities (``ids``: the
+        identity of each of ``pairs`` -> its place, when already known)."""
+        if ids is None:
+            ids = {identity(h): i for i, (h, _) in enumerate(pairs)}
         hyps = [h for h, _ in pairs]
         tags = [t for _, t in pairs]
         frontier = list(pairs)
