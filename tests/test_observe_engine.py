@@ -465,6 +465,22 @@ def test_a_none_only_a_late_post_explains_is_property_6_by_the_order_it_broke() 
     assert "before it takes the next" in violation.detail
 
 
+def test_a_late_finding_names_a_key_whose_bytes_hold_a_semicolon_whole() -> None:
+    """Block hashes are arbitrary bytes: a key whose repr holds '; ' stays whole in the
+    finding (the detail names what was seen without cutting the classifier's words)."""
+    key = b"k0; spec allows"
+    observations = [
+        LookupSeen(key, "A", None), FlushSeen(), TierCallSeen((key,), "A", FALSE),
+        LookupSeen(K1, "B", None), FlushSeen(), TierCallWaiting((K1,), "B"),
+        LookupSeen(key, "C", None),
+    ]
+    violation = first_violation(observations, threaded=True)
+    assert violation.number == 6
+    assert violation.detail.startswith(
+        "lookup(b'k0; spec allows', 'C') returned None: explained only if the worker"
+    ), violation.detail
+
+
 def test_without_the_arrival_the_same_none_is_a_post_not_yet_made() -> None:
     observations = _k1_arrives_after_k0_answered()
     feed([*observations[:-1], LookupSeen(K0, "C", None)], threaded=True)

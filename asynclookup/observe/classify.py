@@ -278,6 +278,27 @@ def _verdicts(state: State, obs: LookupSeen) -> set[bool | None]:
     return out
 
 
+def observed(obs: Observation) -> str | None:
+    """What ``obs`` showed, in the words a detail of ``classify`` opens with (None: a kind
+    whose details open otherwise)."""
+    if isinstance(obs, LookupSeen):
+        return f"lookup({obs.key!r}, {obs.request!r}) returned {obs.verdict!r}"
+    if isinstance(obs, TierCallSeen):
+        return _probed(obs)
+    if isinstance(obs, Overdue):
+        if obs.key is not None:
+            return (
+                f"lookup({obs.key!r}, {obs.request!r}) still returned None after re-asking "
+                "(drain_results() and the lookup) for the whole bound"
+            )
+        return "the tables still held it after re-asking drain_results() for the whole bound"
+    return None
+
+
+def _probed(obs: TierCallSeen) -> str:
+    return f"the worker probed {list(obs.keys)!r} for {obs.request!r}"
+
+
 def _overdue(obs: Overdue, states: list[State]) -> tuple[int, str]:
     """A post that did not come: what the worker held, and how long it was waited for."""
     if not obs.worker_alive:
@@ -286,16 +307,9 @@ def _overdue(obs: Overdue, states: list[State]) -> tuple[int, str]:
         {(r.key, r.verdict) for s in states for r in s.posted + s.answered}, key=repr
     )
     answered = ", ".join(f"{key!r}: {verdict!r}" for key, verdict in held) or "every call"
-    if obs.key is not None:
-        seen = (
-            f"lookup({obs.key!r}, {obs.request!r}) still returned None after re-asking "
-            "(drain_results() and the lookup) for the whole bound"
-        )
-    else:
-        seen = "the tables still held it after re-asking drain_results() for the whole bound"
     return 6, (
-        f"{seen}: its verdict ({answered}) was due, with no tier call owed, yet the worker "
-        "never posted it"
+        f"{observed(obs)}: its verdict ({answered}) was due, with no tier call owed, yet the "
+        "worker never posted it"
     )
 
 
@@ -304,7 +318,7 @@ def _lookup(checker: Checker, obs: LookupSeen, states: list[State]) -> tuple[int
     for state in states:
         allowed |= _verdicts(state, obs)
     shown = ", ".join(sorted(map(repr, allowed)))
-    said = f"lookup({obs.key!r}, {obs.request!r}) returned {obs.verdict!r}; the spec allows {shown}"
+    said = f"{observed(obs)}; the spec allows {shown}"
     probes = [p for s in states if (p := core.probe_of(s, obs.key)) is not None]
     faulty = any((obs.key, p.generation) in checker.faulty for p in probes)
     tier_answer = _tier_answer_rule(checker, obs, probes, said)
@@ -426,7 +440,7 @@ def _stale_submitted(call: str, request: str, key: bytes) -> str:
 
 
 def _tier_call(checker: Checker, obs: TierCallSeen, states: list[State]) -> tuple[int, str]:
-    call = f"the worker probed {list(obs.keys)!r} for {obs.request!r}"
+    call = _probed(obs)
     if checker.stopped:
         return 1, f"{call} after shutdown(): nothing is live after shutdown"
     for key in obs.keys:

@@ -49,7 +49,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from asynclookup.observe.classify import NO_VALUE, classify, efficiency_detail, raised
+from asynclookup.observe.classify import (
+    NO_VALUE,
+    classify,
+    efficiency_detail,
+    observed,
+    raised,
+)
 from asynclookup.observe.interface import ORACLE_BOUNDS, Notes, OracleLimitError, Violation
 from asynclookup.observe.observations import (
     CLOSED,
@@ -359,10 +365,12 @@ class Checker(Notes):
         (``before``: the states in order, which do not; ``late``: those that do)."""
         arrived = self._late_since
         call = "" if arrived is None else f" ({list(arrived.keys)!r} for {arrived.request!r})"
-        _, seen = classify(self, obs, before)
+        seen = observed(obs)
+        if seen is None:
+            seen = classify(self, obs, before)[1]
         self.violation = Violation(
             6,
-            f"{seen.split(';')[0]}: explained only if the worker had not yet posted the "
+            f"{seen}: explained only if the worker had not yet posted the "
             f"verdicts it was given when its next tier call{call} came, although one worker "
             "posts the batch in hand before it takes the next (docs/protocol.md, "
             "\"The operations\", take_batch)",
