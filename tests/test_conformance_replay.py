@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from asynclookup.conformance.counterexample import ConformanceError
+from asynclookup.conformance.counterexample import Call, ConformanceError
 from asynclookup.conformance.driver import Driver
 from asynclookup.conformance.replay import (
     _answered_not_shut,
+    _asked,
     _reuse_race,
     _sliced,
     open_replay,
@@ -252,3 +253,17 @@ def test_a_property_8_finding_is_offered_the_protocols_witness_when_shrinking() 
         if len(small.calls) <= 7:
             break
     assert len(small.calls) <= 7, f"{small}\n{small.shrink_report}"
+
+
+def test_what_a_call_asked_keeps_a_key_whose_bytes_hold_an_arrow_whole() -> None:
+    """A renamed finding's note names the call it came before by what that call asked:
+    from a lookup's arguments, not its text cut at the first ' ->'."""
+    key = b"x -> y"
+    lookup = Call(f"lookup({key!r}, 'r') -> None", "lookup", (key, "r"))
+    reask = Call(
+        f"re-ask drain_results() and lookup({key!r}, 'r') -> True", "await_verdict", (key, "r")
+    )
+    drain = Call("drain_results() -> None", "drain_results", ())
+    assert _asked(lookup) == "lookup(b'x -> y', 'r')"
+    assert _asked(reask) == "re-ask drain_results() and lookup(b'x -> y', 'r')"
+    assert _asked(drain) == "drain_results()"

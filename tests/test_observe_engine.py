@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from asynclookup.observe.classify import opening
 from asynclookup.observe.engine import (
     CLOSED,
     Answer,
@@ -469,7 +470,7 @@ def test_a_late_finding_names_a_key_whose_bytes_hold_a_semicolon_whole() -> None
     """Block hashes are arbitrary bytes: a key whose repr holds '; ' stays whole in the
     finding (the detail names what was seen without cutting the classifier's words)."""
     key = b"k0; spec allows"
-    observations = [
+    observations: list[Observation] = [
         LookupSeen(key, "A", None), FlushSeen(), TierCallSeen((key,), "A", FALSE),
         LookupSeen(K1, "B", None), FlushSeen(), TierCallWaiting((K1,), "B"),
         LookupSeen(key, "C", None),
@@ -479,6 +480,17 @@ def test_a_late_finding_names_a_key_whose_bytes_hold_a_semicolon_whole() -> None
     assert violation.detail.startswith(
         "lookup(b'k0; spec allows', 'C') returned None: explained only if the worker"
     ), violation.detail
+
+
+def test_a_findings_opening_words_keep_a_key_whose_bytes_hold_a_colon_whole() -> None:
+    """``opening`` (a finding renamed by a replay keeps the detail's opening words) cuts
+    after what was seen, not inside a key whose bytes hold ': '."""
+    key = b"a: b"
+    violation = first_violation([LookupSeen(key, "A", True)])
+    assert violation.detail.startswith("lookup(b'a: b', 'A') returned True; "), violation.detail
+    words = opening(violation.detail, violation.observation)
+    assert words.startswith("lookup(b'a: b', 'A') returned True; the spec allows None")
+    assert ": " not in words.removeprefix("lookup(b'a: b', 'A')")
 
 
 def test_without_the_arrival_the_same_none_is_a_post_not_yet_made() -> None:

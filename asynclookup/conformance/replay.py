@@ -35,7 +35,7 @@ from asynclookup.conformance.eventually import ASKED_AGAIN, WAIT_BOUND
 from asynclookup.conformance.targets.adapter import Plan
 from asynclookup.conformance.targets.bounded import CALL_BOUND, CONSTRUCT_BOUND
 from asynclookup.conformance.targets.target import FuzzTarget
-from asynclookup.observe.classify import FORCED_BY_MARK_MISS
+from asynclookup.observe.classify import FORCED_BY_MARK_MISS, opening
 
 Step = tuple[str, tuple[Any, ...]]
 QUICK_WAIT = 0.5  # seconds a threaded shrink candidate waits for what the spec owes
@@ -303,6 +303,17 @@ def _settled(error: ConformanceError, steps: list[Step]) -> ConformanceError:
     return error
 
 
+def _asked(call: Call) -> str:
+    """What ``call`` asked, without what came back: its text reads "<asked> -> <what came
+    back>" (asynclookup.conformance.driver, .eventually), and a key's bytes may hold " ->"
+    themselves, so a lookup and a re-ask are told from their arguments."""
+    if call.method == "lookup" and len(call.args) == 2:
+        return f"lookup({call.args[0]!r}, {call.args[1]!r})"
+    if call.method == "await_verdict" and len(call.args) == 2:
+        return f"re-ask drain_results() and lookup({call.args[0]!r}, {call.args[1]!r})"
+    return call.text.partition(" ->")[0]
+
+
 def _tier_call_first(error: ConformanceError, steps: list[Step]) -> ConformanceError | None:
     """Threaded, a finding at a scheduler call's answer (a lookup, a re-ask): replay the
     run up to that call and answer the worker's tier call instead, if one is waiting.
@@ -323,7 +334,7 @@ def _tier_call_first(error: ConformanceError, steps: list[Step]) -> ConformanceE
         return None
     found.note(
         f"named {found.violation.number}, not {error.violation.number}: the worker's tier "
-        f"call waiting before {error.calls[-1].text.partition(' ->')[0]} already broke "
+        f"call waiting before {_asked(error.calls[-1])} already broke "
         f"property {found.violation.number}; that call, answered, is the finding"
     )
     return found
@@ -445,7 +456,10 @@ def _without_mark_miss(error: ConformanceError, steps: list[Step]) -> Conformanc
     renamed = ConformanceError(
         dataclasses.replace(
             error.violation, number=3,
-            detail=f"{error.violation.detail.partition(': ')[0]}: {FORCED_BY_MARK_MISS}",
+            detail=(
+                f"{opening(error.violation.detail, error.violation.observation)}: "
+                f"{FORCED_BY_MARK_MISS}"
+            ),
         ),
         error.calls, error.config,
     )

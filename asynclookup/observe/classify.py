@@ -295,6 +295,15 @@ def observed(obs: Observation) -> str | None:
     return None
 
 
+def opening(detail: str, obs: Observation) -> str:
+    """``detail`` (of a finding at ``obs``) up to the first ': ' after what ``obs`` showed:
+    its opening words, which name what was seen (a key's bytes may hold ': ' too)."""
+    seen = observed(obs)
+    skip = len(seen) if seen is not None and detail.startswith(seen) else 0
+    head, colon, _ = detail[skip:].partition(": ")
+    return detail[:skip] + head if colon else detail
+
+
 def _probed(obs: TierCallSeen) -> str:
     return f"the worker probed {list(obs.keys)!r} for {obs.request!r}"
 
