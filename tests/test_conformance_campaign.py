@@ -270,3 +270,26 @@ def test_the_live_line_reads_like_a_test_runner() -> None:
                     "0:00:12")
     timed = render(Progress(10, 100, 1, 2, 30.0, duration=600.0))
     assert timed.startswith("[  5%] 10 examples") and timed.endswith("0:00:30 of 0:10:00")
+
+
+def test_flaky_generation_without_a_finding_exits_3_with_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If Hypothesis stops a run as flaky with no finding (the oracle's own draws came to
+    depend on timing), the command says so in one line and exits 3 (no verdict): never a
+    traceback, never a pass."""
+    from hypothesis.errors import FlakyStrategyDefinition
+
+    from asynclookup.conformance import campaign_workers
+
+    def flaky_run(*args: object, **kwargs: object) -> None:
+        raise FlakyStrategyDefinition("Inconsistent data generation!")
+
+    monkeypatch.setattr(campaign_workers, "run", flaky_run)
+    code, out, err = fuzz(capsys, "--examples", "1", "--seed", "1")
+    assert code == 3 and out == ""
+    assert err.splitlines() == [
+        "asynclookup fuzz: no verdict: Hypothesis stopped the run (FlakyStrategyDefinition): "
+        "the oracle drew differently on the same choices, a fault of the oracle, not of the "
+        "class; please report it with the command line"
+    ]

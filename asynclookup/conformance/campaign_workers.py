@@ -31,7 +31,7 @@ from typing import Any
 
 from hypothesis.control import current_build_context
 from hypothesis.database import ExampleDatabase
-from hypothesis.errors import InvalidArgument
+from hypothesis.errors import Flaky, InvalidArgument
 
 from asynclookup.conformance.campaign_values import (
     Campaign,
@@ -69,6 +69,16 @@ def _may_stop() -> bool:
         return not current_build_context().is_final
     except InvalidArgument:  # no test is running
         return True
+
+
+def _flaky(exc: Flaky) -> str:
+    """One line for a run Hypothesis stopped as flaky without any finding: the oracle's
+    own fault (its choice of rules came to depend on the IUT's timing), no verdict."""
+    return (
+        f"no verdict: Hypothesis stopped the run ({type(exc).__name__}): the oracle drew "
+        "differently on the same choices, a fault of the oracle, not of the class; "
+        "please report it with the command line"
+    )
 
 
 def _was_stopped(exc: BaseException) -> bool:
@@ -116,6 +126,14 @@ def run_in_process(
         outcome.error, worker.status = found, "found"
     except OracleLimitError as exc:
         outcome.limit, worker.status = str(exc), "limit"
+    except Flaky as exc:  # threaded: a flaky failure, or flaky generation (the oracle's fault)
+        outcome.error = conformance_error_in(exc)
+        if outcome.error is not None:
+            worker.status = "found"
+        elif _was_stopped(exc):
+            worker.status = "stopped"
+        else:
+            outcome.failure, worker.status = _flaky(exc), "failed"
     except BaseExceptionGroup as group:  # threaded: Hypothesis reports a flaky failure
         outcome.error = conformance_error_in(group)
         if outcome.error is None:
@@ -182,6 +200,12 @@ def worker_main() -> None:
         end = ("found", found.violation, found.calls, found.config)
     except OracleLimitError as exc:
         end = ("limit", str(exc))
+    except Flaky as exc:
+        flaky_found = conformance_error_in(exc)
+        if flaky_found is not None:
+            end = ("found", flaky_found.violation, flaky_found.calls, flaky_found.config)
+        else:
+            end = ("stopped",) if _was_stopped(exc) else ("error", _flaky(exc))
     except BaseException as exc:
         end = ("stopped",) if _was_stopped(exc) else ("error", traceback.format_exc())
     counts = {"examples": stats.examples, "steps": stats.steps, "warnings": stats.warnings,
