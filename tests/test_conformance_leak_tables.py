@@ -62,6 +62,64 @@ NESTED = textwrap.dedent('''
         cleanup = OwnNamesKeepsIndex.cleanup
 ''')
 
+SLOTTED = textwrap.dedent('''
+    from tests.shapes.own_names import OwnNames
+
+
+    class Slotted(OwnNames):
+        """Also keeps each probed key in a slot array whose freed slots hold None (a
+        struct-of-arrays layout: the array never shrinks)."""
+
+        def __init__(self, tier_type):
+            self._slot_keys = []
+            super().__init__(tier_type)
+
+        def _sync(self):
+            for i, key in enumerate(self._slot_keys):
+                if key is not None and key not in self._states:
+                    self._slot_keys[i] = None
+            for key in self._states:
+                if key not in self._slot_keys:
+                    if None in self._slot_keys:
+                        self._slot_keys[self._slot_keys.index(None)] = key
+                    else:
+                        self._slot_keys.append(key)
+
+        def lookup(self, key, req_context):
+            verdict = super().lookup(key, req_context)
+            self._sync()
+            return verdict
+
+        def flush(self):
+            super().flush()
+            self._sync()
+
+        def cleanup(self, req_id):
+            super().cleanup(req_id)
+            self._sync()
+
+        def drain_results(self):
+            super().drain_results()
+            self._sync()
+
+        def mark_miss(self, keys):
+            super().mark_miss(keys)
+            self._sync()
+
+        def mark_present(self, keys):
+            super().mark_present(keys)
+            self._sync()
+
+
+    class SlottedKeepsKeys(Slotted):
+        """Its slot array never frees a slot: the keys stay."""
+
+        def _sync(self):
+            for key in self._states:
+                if key not in self._slot_keys:
+                    self._slot_keys.append(key)
+''')
+
 
 def _fuzz(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str]:
     code = main(["fuzz", *argv])
@@ -191,3 +249,17 @@ def test_tables_kept_one_level_down_are_found(outside: Path) -> None:
     error = _kill(f"{module}:BookkeptKeepsIndex")
     assert error is not None and error.violation.number == 4, str(error)
     assert "_book.by_request=" in error.violation.detail
+
+
+def test_a_guessed_table_is_held_only_while_it_names_a_key_or_request(outside: Path) -> None:
+    """A slot array found by shape (it held the key after lookup) that keeps a freed slot's
+    None is no leak: a table the oracle only guessed counts as held while it mentions a
+    key or request id of the run, not for being non-empty.  The same array keeping the
+    keys is still property 5, naming it."""
+    module = write_module(outside, "user_slotted", SLOTTED)
+    used = tables_used(f"{module}:Slotted")
+    assert Table("batch", "_slot_keys", named=False) in used.tables
+    assert first_violation(f"{module}:Slotted", seed=0, examples=EXAMPLES) is None
+    error = _kill(f"{module}:SlottedKeepsKeys")
+    assert error is not None and error.violation.number == 5, str(error)
+    assert "_slot_keys=" in error.violation.detail

@@ -53,7 +53,7 @@ from asynclookup.conformance.targets.bounded import (
 )
 from asynclookup.conformance.targets.inner_tier import dispose_inner_tier, make_inner_tier
 from asynclookup.conformance.targets.load import load_target
-from asynclookup.conformance.targets.tables import requests_named
+from asynclookup.conformance.targets.tables import mentions_any, requests_named
 from asynclookup.conformance.targets.target import REFERENCE, FuzzTarget
 from asynclookup.observe.engine import (
     CLOSED,
@@ -108,6 +108,7 @@ class Driver(Eventually):
         self._posted_expected = 0  # results the worker owes in all (threaded)
         self._settled_at = 0
         self._requests: set[str] = set()  # every request id the run used
+        self._keys: set[bytes] = set()  # every key the run named
         self._asking_again = False  # a leftover's key is being asked again
         self._asked_early: set[bytes] = set()  # keys await_empty had asked about early
         self.leftover_key: bytes | None = None  # one for ask_about_leftover
@@ -148,6 +149,7 @@ class Driver(Eventually):
     def lookup(self, key: bytes, request: str) -> None:
         """``lookup(key, request)``; the checker judges the verdict."""
         self._requests.add(request)
+        self._keys.add(key)
         verdict, error = self._call(
             lambda: self.target.lookup(key, request), f"lookup({key!r}, {request!r})"
         )
@@ -172,6 +174,7 @@ class Driver(Eventually):
     def mark_miss(self, keys: Sequence[bytes]) -> None:
         """``mark_miss(keys)``."""
         keys = tuple(keys)
+        self._keys.update(keys)
         _, error = self._call(lambda: self.target.mark_miss(keys), f"mark_miss({list(keys)!r})")
         self._record(
             f"mark_miss({list(keys)!r}){_raised(error)}", ("mark_miss", (list(keys),)),
@@ -181,6 +184,7 @@ class Driver(Eventually):
     def mark_present(self, keys: Sequence[bytes]) -> None:
         """``mark_present(keys)``."""
         keys = tuple(keys)
+        self._keys.update(keys)
         _, error = self._call(
             lambda: self.target.mark_present(keys), f"mark_present({list(keys)!r})"
         )
@@ -430,10 +434,21 @@ class Driver(Eventually):
 
     def _leftovers(self) -> Leftover | None:
         """A ``Leftover`` naming the IUT's non-empty tables and their roles, if any (the
-        target's ``table_roles`` maps a table's name to its role; else the name is)."""
+        target's ``table_roles`` maps a table's name to its role; else the name is).
+
+        A table the target only guessed (``guessed_tables``: found by its shape) counts
+        as held only while it mentions a key or a request id of the run, which is what
+        made it look like a table: a guess never condemns by itself (a slot array that
+        keeps a freed slot's None is not a leak)."""
         tables = snapshot_of(self.target) or {}
         roles: dict[str, str] = dict(getattr(self.target, "table_roles", None) or {})
-        full = [name for name, table in tables.items() if len(table)]
+        guessed = frozenset(getattr(self.target, "guessed_tables", None) or ())
+        full = [
+            name for name, table in tables.items()
+            if len(table) and (
+                name not in guessed or mentions_any(table, self._keys, self._requests)
+            )
+        ]
         left = [f"{name}={_listed(tables[name])}" for name in full]
         if not left:
             return None

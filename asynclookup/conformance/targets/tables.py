@@ -331,6 +331,13 @@ def requests_named(table: Any, requests: Iterable[str]) -> frozenset[str]:
     return frozenset(r for r in requests if _mentions(table, DEPTH + 1, r))
 
 
+def mentions_any(table: Any, keys: Iterable[bytes], requests: Iterable[str]) -> bool:
+    """Whether ``table`` still mentions one of ``keys`` or of the request ids ``requests``."""
+    return any(_mentions(table, DEPTH + 1, k) for k in keys) or bool(
+        requests_named(table, requests)
+    )
+
+
 def _collection(value: object) -> bool:
     """A mutable collection a table could be (not a string, a tuple or a queue)."""
     if isinstance(value, str | bytes | bytearray | tuple | frozenset):

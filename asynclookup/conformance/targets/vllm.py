@@ -480,6 +480,12 @@ class VllmAdapter:
         """Each snapshot table's role (``probes``, ``index``, ``batch``), by its path."""
         return {t.path: t.role for t in self.impl.tables.tables}
 
+    @property
+    def guessed_tables(self) -> frozenset[str]:
+        """The snapshot tables found by shape, not named (the leak check counts one as
+        held only while it mentions a key or request of the run)."""
+        return frozenset(t.path for t in self.impl.tables.tables if not t.named)
+
     def snapshot(self) -> dict[str, Sized] | None:
         """The tables found by shape or named, for the leak check; None when there are none."""
         if not self.impl.tables.leak_check:
