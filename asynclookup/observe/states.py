@@ -247,18 +247,7 @@ class StateSet(Notes):
         and merged up to generations beyond ``MERGE_AT`` states.  Each state's identity is
         computed once."""
         ident = concrete_cached()
-        ids: dict[tuple[Any, ...], int] = {}  # identity -> place in hyps
-        hyps: list[H] = []
-        tags: list[bool] = []
-        for h, tag in out:  # ``_merge``, keeping the identities
-            key = ident(h)
-            i = ids.get(key)
-            if i is None:
-                ids[key] = len(hyps)
-                hyps.append(h)
-                tags.append(tag)
-            elif not (setdefault and tag):
-                tags[i] = tags[i] and tag
+        hyps, tags, ids = _merged(out, setdefault, ident)
         pairs = list(zip(hyps, tags, strict=True))
         if self.tagged_kept < tags.count(True) < len(hyps):
             pairs = self._trim_tagged(pairs)
@@ -342,18 +331,7 @@ class StateSet(Notes):
         """The engine's ``out[nxt] = out.get(nxt, True) and tagged`` over identities (the
         first state of an identity stays, in its place; ``setdefault`` for the wasteful
         cleanup variants, which the engine adds with ``out.setdefault``)."""
-        ids: dict[tuple[Any, ...], int] = {}  # identity -> place in hyps
-        hyps: list[H] = []
-        tags: list[bool] = []
-        for h, tag in out:
-            ident = identity(h)
-            i = ids.get(ident)
-            if i is None:
-                ids[ident] = len(hyps)
-                hyps.append(h)
-                tags.append(tag)
-            elif not (setdefault and tag):
-                tags[i] = tags[i] and tag
+        hyps, tags, _ = _merged(out, setdefault, identity)
         return list(zip(hyps, tags, strict=True))
 
     def _close(
@@ -456,6 +434,25 @@ def concrete_cached() -> Identity:
         return (got[1], h[2], h[3], h[4], h[5], h[6], h[7])
 
     return identity
+
+
+def _merged(
+    out: Iterable[tuple[H, bool]], setdefault: bool, identity: Identity
+) -> tuple[list[H], list[bool], dict[tuple[Any, ...], int]]:
+    """``StateSet._merge``'s states and tags, and each identity's place among them."""
+    ids: dict[tuple[Any, ...], int] = {}
+    hyps: list[H] = []
+    tags: list[bool] = []
+    for h, tag in out:
+        ident = identity(h)
+        i = ids.get(ident)
+        if i is None:
+            ids[ident] = len(hyps)
+            hyps.append(h)
+            tags.append(tag)
+        elif not (setdefault and tag):
+            tags[i] = tags[i] and tag
+    return hyps, tags, ids
 
 
 def take_step(h: H) -> H | None:
