@@ -286,10 +286,15 @@ def test_flaky_generation_without_a_finding_exits_3_with_one_line(
         raise FlakyStrategyDefinition("Inconsistent data generation!")
 
     monkeypatch.setattr(campaign_workers, "run", flaky_run)
+    why = (
+        "no verdict: Hypothesis stopped the run (FlakyStrategyDefinition): the oracle drew "
+        "differently on the same choices, a fault of the oracle, not of the class; please "
+        "report it with the command line"
+    )
     code, out, err = fuzz(capsys, "--examples", "1", "--seed", "1")
     assert code == 3 and out == ""
-    assert err.splitlines() == [
-        "asynclookup fuzz: no verdict: Hypothesis stopped the run (FlakyStrategyDefinition): "
-        "the oracle drew differently on the same choices, a fault of the oracle, not of the "
-        "class; please report it with the command line"
-    ]
+    assert err.splitlines() == [f"asynclookup fuzz: {why}"]
+    code, out, err = fuzz(capsys, "--examples", "1", "--seed", "1", "--json")
+    report = json.loads(out)  # --json still prints its one object
+    assert code == 3 and report["result"] == "incomplete" and report["reason"] == why
+    assert report["violation"] is None and report["workers"][0]["status"] == "failed"

@@ -184,6 +184,10 @@ def run_fuzz(args: argparse.Namespace) -> int:
     if outcome.failure is not None or outcome.limit is not None:
         why = outcome.failure or f"the oracle gave up: {outcome.limit}"
         print(f"asynclookup fuzz: {why}", file=sys.stderr)
+        if args.json:  # still one object on stdout, so that a script reads why
+            report = _as_json(config, outcome.stats, outcome.seconds, None, None)
+            report |= {"result": "incomplete", "reason": why}
+            print(json.dumps(report | outcome.as_json()))
         return EXIT_INCOMPLETE
     stats, error, seconds = outcome.stats, outcome.error, outcome.seconds
     replay = None
