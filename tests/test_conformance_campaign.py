@@ -297,4 +297,25 @@ def test_flaky_generation_without_a_finding_exits_3_with_one_line(
     code, out, err = fuzz(capsys, "--examples", "1", "--seed", "1", "--json")
     report = json.loads(out)  # --json still prints its one object
     assert code == 3 and report["result"] == "incomplete" and report["reason"] == why
-    assert report["violation"] is None and report["workers"][0]["status"] == "failed"
+    assert report["violation"] is None and report["workers"][0]["status"] == "error"
+
+
+def test_a_lost_worker_reads_as_incomplete_in_the_json(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that lost a worker and found nothing exits 3; its JSON says ``incomplete``
+    and why, as the other runs without a judgement do, not ``clean``."""
+    from asynclookup.conformance import campaign
+    from asynclookup.conformance.campaign_values import Outcome, WorkerReport
+    from asynclookup.conformance.machine import Stats
+
+    def one_lost(*args: object, **kwargs: object) -> Outcome:
+        workers = [WorkerReport(0, 1, 10, 5, 100, "done"), WorkerReport(1, 2, 11, 3, 60, "lost",
+                                                                       -signal.SIGKILL)]
+        return Outcome(Stats(), 1.0, workers)
+
+    monkeypatch.setattr(campaign, "run_campaign", one_lost)  # the command imports it late
+    code, out, _ = fuzz(capsys, "--workers", "2", "--examples", "8", "--seed", "1", "--json")
+    report = json.loads(out)
+    assert code == 3 and report["result"] == "incomplete"
+    assert "killed by SIGKILL" in report["reason"] and report["violation"] is None

@@ -133,7 +133,7 @@ def run_in_process(
         elif _was_stopped(exc):
             worker.status = "stopped"
         else:
-            outcome.failure, worker.status = _flaky(exc), "failed"
+            outcome.failure, worker.status = _flaky(exc), "error"
     except BaseExceptionGroup as group:  # threaded: Hypothesis reports a flaky failure
         outcome.error = conformance_error_in(group)
         if outcome.error is None:

@@ -209,7 +209,10 @@ def run_fuzz(args: argparse.Namespace) -> int:
         print(f"asynclookup fuzz: --regression-out: no violation, {args.regression_out} "
               "not written", file=sys.stderr)
     if args.json:
-        print(json.dumps(_as_json(config, stats, seconds, error, replay) | outcome.as_json()))
+        report = _as_json(config, stats, seconds, error, replay)
+        if error is None and outcome.lost:  # exit 3, as below: no judgement
+            report |= {"result": "incomplete", "reason": "; ".join(outcome.lost)}
+        print(json.dumps(report | outcome.as_json()))
     else:
         lines = _as_text(config, stats, seconds, error, replay).split("\n")
         print("\n".join(lines[:2] + [outcome.summary()] * bool(outcome.summary()) + lines[2:]))
