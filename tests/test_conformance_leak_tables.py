@@ -120,6 +120,21 @@ SLOTTED = textwrap.dedent('''
                     self._slot_keys.append(key)
 ''')
 
+SHARDED = "tests.strangers.sharded_tables:ShardedManager"
+SHARDED_NAMED = "probes=_shards,index=_index_shards,batch=_batch"
+SHARDED_LEAKY = textwrap.dedent('''
+    from tests.strangers.sharded_tables import ShardedManager
+
+
+    class ShardedKeepsIndex(ShardedManager):
+        """Its cleanup leaves the request in its index shard."""
+
+        def cleanup(self, req_id):
+            keys = set(self._index_of(req_id).get(req_id, set()))
+            super().cleanup(req_id)
+            self._index_of(req_id)[req_id] = keys
+''')
+
 
 def _fuzz(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str]:
     code = main(["fuzz", *argv])
@@ -263,3 +278,26 @@ def test_a_guessed_table_is_held_only_while_it_names_a_key_or_request(outside: P
     error = _kill(f"{module}:SlottedKeepsKeys")
     assert error is not None and error.violation.number == 5, str(error)
     assert "_slot_keys=" in error.violation.detail
+
+
+def test_sharded_tables_are_found_with_their_roles(outside: Path) -> None:
+    """A probe table and an index each split into a list of dicts (shards) are found as the
+    probes and the index, and a batch grouped by request (a mapping by request id, as an
+    index looks before a flush) as the batch, because a flush empties it.  A request
+    left in an index shard is then property 4, naming the shards."""
+    used = tables_used(SHARDED)
+    assert used.tables == (
+        Table("probes", "_shards", named=False), Table("index", "_index_shards", named=False),
+        Table("batch", "_batch", named=False),
+    )
+    module = write_module(outside, "user_sharded", SHARDED_LEAKY)
+    error = _kill(f"{module}:ShardedKeepsIndex")
+    assert error is not None and error.violation.number == 4, str(error)
+    assert "_index_shards=" in error.violation.detail
+
+
+def test_named_tables_holding_only_empty_shards_hold_nothing() -> None:
+    """Named tables must hold nothing when the spec holds nothing: a list of empty shards
+    holds nothing (it is not an empty list, and was property 4 at the first call)."""
+    assert first_violation(impl_spec(SHARDED, tables=SHARDED_NAMED), seed=0,
+                           examples=EXAMPLES) is None

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from asynclookup.conformance.counterexample import (
@@ -53,7 +53,12 @@ from asynclookup.conformance.targets.bounded import (
 )
 from asynclookup.conformance.targets.inner_tier import dispose_inner_tier, make_inner_tier
 from asynclookup.conformance.targets.load import load_target
-from asynclookup.conformance.targets.tables import mentions_any, requests_named
+from asynclookup.conformance.targets.tables import (
+    holds_anything,
+    mentions_any,
+    probe_keys,
+    requests_named,
+)
 from asynclookup.conformance.targets.target import REFERENCE, FuzzTarget
 from asynclookup.observe.engine import (
     CLOSED,
@@ -433,8 +438,10 @@ class Driver(Eventually):
         return crash
 
     def _leftovers(self) -> Leftover | None:
-        """A ``Leftover`` naming the IUT's non-empty tables and their roles, if any (the
-        target's ``table_roles`` maps a table's name to its role; else the name is).
+        """A ``Leftover`` naming the IUT's tables that hold anything, and their roles, if any
+        (the target's ``table_roles`` maps a table's name to its role; else the name is).
+        A table holds nothing when it is empty or holds only empty shards and None
+        (``holds_anything``).
 
         A table the target only guessed (``guessed_tables``: found by its shape) counts
         as held only while it mentions a key or a request id of the run, which is what
@@ -445,7 +452,7 @@ class Driver(Eventually):
         guessed = frozenset(getattr(self.target, "guessed_tables", None) or ())
         full = [
             name for name, table in tables.items()
-            if len(table) and (
+            if holds_anything(table) and (
                 name not in guessed or mentions_any(table, self._keys, self._requests)
             )
         ]
@@ -453,10 +460,7 @@ class Driver(Eventually):
         if not left:
             return None
         probes = [tables[name] for name in full if roles.get(name, name) == "probes"]
-        held = {
-            key for table in probes if isinstance(table, Mapping)
-            for key in list(table) if isinstance(key, bytes)
-        }
+        held = {key for table in probes for key in probe_keys(table)}
         return Leftover(
             "; ".join(left), frozenset(roles.get(name, name) for name in full),
             frozenset(held),

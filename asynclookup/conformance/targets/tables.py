@@ -246,11 +246,15 @@ def _explore(manager: Any, shape: Shape, context: Callable[[str], Any], stub: _S
         return TablesUsed(tuple(t for t in named if t.role != "results"),
                           reason=f"lookup raised {_one(exc)} while its tables were looked for")
     found = _by_shape(manager, said)
-    tables = tuple(sorted(
-        [t for t in named if t.role != "results"] + found, key=lambda t: ROLES.index(t.role)))
     results = next((t for t in named if t.role == "results"), None)
     if "results" not in said:
-        results = _results_queue(manager, shape, counters, changed, stub, context)
+        results = _results_queue(manager, shape, counters, changed, stub, context)  # flushes
+    else:
+        with contextlib.suppress(Exception):
+            getattr(manager, shape.name("flush") or "flush")()
+    found = [_emptied_at_flush(manager, t) for t in found]
+    tables = tuple(sorted(
+        [t for t in named if t.role != "results"] + found, key=lambda t: ROLES.index(t.role)))
     for path, counter in counters.items():
         setattr(manager, path, counter._inner)
     cleanup_error = _rest_of_life(manager, shape, context)
@@ -302,7 +306,43 @@ def _role(value: Any) -> str | None:
             if (k == REQUEST or getattr(k, "req_id", None) == REQUEST) and _mentions(value[k]):
                 return "index"
         return "batch" if any(_mentions(v) for v in value.values()) else None
-    return "batch" if any(_mentions(v) for v in value) else None
+    items = list(value)
+    if items and all(isinstance(v, Mapping) for v in items):  # shards of one table
+        for shard in items:
+            role = _role(shard)
+            if role in ("probes", "index"):
+                return role
+    return "batch" if any(_mentions(v) for v in items) else None
+
+
+def _emptied_at_flush(manager: Any, table: Table) -> Table:
+    """``table`` as found by shape, but an "index" that no longer mentions the key once the
+    instance has flushed is the step's batch, grouped by request (an index holds until
+    cleanup)."""
+    if table.role != "index":
+        return table
+    with contextlib.suppress(Exception):
+        if not _mentions(resolve(manager, table.path)):
+            return Table("batch", table.path, named=False)
+    return table
+
+
+def holds_anything(table: Any) -> bool:
+    """Whether a table holds anything: a mapping, any key; another collection, any element
+    that is neither None (a freed slot) nor a collection holding nothing (an empty shard)."""
+    if isinstance(table, Mapping):
+        return len(table) > 0
+    return any(
+        item is not None and not (_collection(item) and not holds_anything(item))
+        for item in list(table)
+    )
+
+
+def probe_keys(table: Any) -> set[bytes]:
+    """The keys a probes table (a mapping by key, or a collection of such shards) holds."""
+    shards = [table] if isinstance(table, Mapping) else [
+        s for s in list(table) if isinstance(s, Mapping)]
+    return {key for shard in shards for key in list(shard) if isinstance(key, bytes)}
 
 
 def _mentions(value: Any, depth: int = DEPTH, target: bytes | str = KEY) -> bool:
