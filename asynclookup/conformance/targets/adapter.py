@@ -257,11 +257,6 @@ class OracleTier:
             pending.answer = self._answer_now(pending.keys, pending.context, plan)
             self._held.append(pending)
 
-    def holds_answers(self) -> bool:
-        """Threaded: whether answers wait for the oracle's next wait (``release``)."""
-        with self._lock:
-            return bool(self._held)
-
     def release(self) -> int:
         """Threaded: hand every held answer to the worker thread waiting for it; how many."""
         with self._lock:
