@@ -493,6 +493,21 @@ def test_a_findings_opening_words_keep_a_key_whose_bytes_hold_a_colon_whole() ->
     assert ": " not in words.removeprefix("lookup(b'a: b', 'A')")
 
 
+def test_a_new_requester_that_finds_a_shared_probe_gone_is_property_8() -> None:
+    """A cleaned up, C shared k0's in-flight probe, mark_present resolved it True; B's
+    lookup gets None, as from a fresh probe: the cleanup cancelled the shared probe and
+    deleted it (8, in_flight_probes_survive_cleanup), whether the asker shared the probe
+    or joins it now."""
+    violation = first_violation([
+        LookupSeen(K0, "A", None), FlushSeen(), LookupSeen(K0, "C", None), CleanupSeen("A"),
+        MarkPresentSeen((K0,)), LookupSeen(K0, "B", None),
+    ], threaded=True)
+    assert violation.number == 8, violation.detail
+    assert violation.detail.startswith(
+        "lookup(b'k0', 'B') returned None although 'B' joins the key's probe g1 (resolved True)"
+    ), violation.detail
+
+
 def test_without_the_arrival_the_same_none_is_a_post_not_yet_made() -> None:
     observations = _k1_arrives_after_k0_answered()
     feed([*observations[:-1], LookupSeen(K0, "C", None)], threaded=True)

@@ -225,20 +225,22 @@ def name_short_shutdown(
 
 
 def name_lost_verdict(states: list[State], key: bytes, request: str) -> tuple[int, str] | None:
-    """A ``None`` where ``request`` shares ``key``'s resolved probe, when an older entry of
-    the key, batched for a request since cleaned up, is still owed: the IUT's cleanup
-    cancelled that in-flight probe and deleted the state ``request`` shared, so the
-    verdict since given to it (by mark_present) was lost (8); else None."""
+    """A ``None`` where ``key``'s probe is resolved (``request`` shares it, or joins it with
+    this lookup), when an older entry of the key, batched for a request since cleaned up,
+    is still owed: the IUT's cleanup cancelled that in-flight probe and deleted the state
+    the others shared, so the verdict since given to it (by mark_present) was lost (8);
+    else None."""
     for state in states:
         p = core.probe_of(state, key)
-        if p is None or p.verdict is None or request not in p.requesters:
+        if p is None or p.verdict is None:
             continue
         owed = list(state.held) + [e for batch in state.queue for e in batch]
         old = tuple(e for e in owed if e.key == key and e.generation != p.generation
                     and e.request not in p.requesters)
         if old:
+            how = "shares" if request in p.requesters else "joins"
             return 8, (
-                f"lookup({key!r}, {request!r}) returned None although {request!r} shares the "
+                f"lookup({key!r}, {request!r}) returned None although {request!r} {how} the "
                 f"key's probe g{p.generation} (resolved {p.verdict!r}); {_shown(old)} is still "
                 "owed: cleanup cancelled that in-flight probe, deleting the state the others "
                 "shared, which it must keep (in_flight_probes_survive_cleanup)"
