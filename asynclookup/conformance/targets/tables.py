@@ -12,8 +12,12 @@ them otherwise.  ``explore`` builds one throwaway instance of the class (its
 - a mapping keyed by the request ``R`` (its id or its context) whose value
   mentions ``K`` is a request index;
 - any other collection holding an entry that mentions ``K`` is a batch;
+- a list of mappings is one table in shards, a probe table or an index by
+  its shards;
 
-then, after ``flush()``, the queue the worker puts on once the tier has
+then, after ``flush()``, an "index" that no longer mentions ``K`` is the
+batch grouped by request (a flush empties a batch, an index holds until
+cleanup), and the queue the worker puts on once the tier has
 answered (none was put on before: not the flush's queue, not a pool's
 hand-over queue) is the results queue; a worker that posts a batch's results
 only when it takes the next one is given a second flush.  A results store
@@ -26,7 +30,9 @@ the user names (``--tables probes=_states``) is taken as named, and only
 checked to exist.
 
 It judges nothing: a table found here is only read by the driver's leak
-check, which wants every table empty when the spec holds nothing.
+check, which wants every table to hold nothing (``holds_anything``) when the
+spec holds nothing, and counts one found by shape, a guess, as held only while
+it mentions a key or a request of the run (``mentions_any``).
 """
 
 from __future__ import annotations
