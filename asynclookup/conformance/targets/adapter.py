@@ -329,14 +329,15 @@ class Target(Protocol):
     - ``snapshot()``: the IUT's tables by name (probe states, the request index,
       the step's batch, posted results), each a sized collection.  When an
       adapter offers it, the oracle checks property 5 (no leak) whenever no
-      possible spec state holds anything: every table must then be empty.
+      possible spec state holds anything: every table must then hold nothing.
     - ``table_roles``: the role (``probes``, ``index``, ``batch``, ``results``)
       of each table ``snapshot()`` names (a name absent from it is its own
       role): a leftover request ``index`` is property 4, anything else 5.
     - ``guessed_tables``: the names of the tables ``snapshot()`` gives that are
       a guess (found by their shape): one counts as held only while it still
       mentions a key or a request id of the run, never for being non-empty
-      alone (default: none, every table must be empty).
+      alone (default: none, every table must hold nothing: be empty, or hold only
+      empty shards and ``None``s).
     - ``take_crash()``: where a thread of the IUT died of an uncaught
       exception, once (None: none did, or it was told already).  The driver
       asks after every call and reports a crash as a dead worker (property 7)
