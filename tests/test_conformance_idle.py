@@ -74,7 +74,10 @@ def test_settle_waits_for_a_post_into_a_dict(value: Any) -> None:
     assert "coerced it with bool()" in error.violation.detail
     error, calls = _run(f"{CONDITION}:ConditionManager", plan)
     assert error is None and "lookup(b'k0', 'A') -> False" in calls, calls
-    assert any(c.startswith("let the worker post -> seen: ") for c in calls), calls
+    assert any(
+        c.startswith("let the worker post -> ") and c.endswith(" owed, its thread went idle")
+        for c in calls
+    ), calls
 
 
 def test_worker_idle_with_results_held_back_is_property_6() -> None:

@@ -146,7 +146,7 @@ class Eventually:
         if done is None or watch is None:
             seen = "no way to see it post (the lookups judge)"
         elif done:
-            seen = f"seen: {results}, {watch}"
+            seen = f"{results} owed, {watch}"
         else:
             seen = f"not seen in {hint_bound:g} s (the lookups judge)"
         self._record(f"let the worker post -> {seen}", ("settle", ()), [])

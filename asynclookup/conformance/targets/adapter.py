@@ -373,8 +373,8 @@ class Target(Protocol):
 
         A hint: it may shorten the oracle's wait for the worker, it never decides a
         verdict (what a lookup shows does).  A target may name what it watches in
-        a ``post_watch`` attribute (e.g. "counted on `_results`"), which the
-        report quotes when the hint fired.
+        a ``post_watch`` attribute, what ended the wait (e.g. "the count on
+        `_results` reached them"), which the report quotes when the hint fired.
         """
         ...
 
@@ -462,7 +462,7 @@ class ReferenceAdapter:
     def worker_alive(self) -> bool:
         return bool(self.manager.health().alive) or bool(self.manager.closed)
 
-    post_watch = "reported by the reference"
+    post_watch = "the reference reported them posted"
 
     def wait_posted(self, results: int, timeout: float) -> bool | None:
         with self._changed:

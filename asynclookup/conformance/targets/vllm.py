@@ -401,9 +401,10 @@ class VllmAdapter:
 
     @property
     def post_watch(self) -> str | None:
-        """What ``wait_posted`` watches, for the report (None: nothing)."""
+        """What ``wait_posted`` saw end its wait, for the report (None: it watches nothing).
+        A thread gone idle is all it says then: not how many results were posted."""
         if self._posted is not None and self.impl.tables.results is not None:
-            return f"counted on `{self.impl.tables.results.path}`"
+            return f"the count on `{self.impl.tables.results.path}` reached them"
         if self._idle is not None:
             return "its thread went idle"
         return None
