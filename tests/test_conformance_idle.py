@@ -12,6 +12,8 @@ Cost: about four seconds (one bound).
 
 from __future__ import annotations
 
+import queue
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ import pytest
 from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.replay import open_replay
 from asynclookup.conformance.targets.adapter import Plan
+from asynclookup.conformance.targets.tables import watch_puts
 from asynclookup.conformance.targets.vllm import tables_used
 from tests.outside.condition_style import ConditionManager, Job
 
@@ -85,3 +88,41 @@ def test_worker_idle_with_results_held_back_is_property_6() -> None:
     error, _ = _run(f"{__name__}:HoldsUntilNextBatch", Plan(bits=(True,)))
     assert error is not None and error.violation.number == 6, error
     assert "still returned None" in error.violation.detail
+
+
+# -- a results queue the worker holds itself --------------------------------------------
+
+
+def test_a_results_queue_handed_to_the_worker_thread_is_counted() -> None:
+    """The table-driven stranger hands its results queue to its worker thread's
+    constructor, so the thread puts on its own reference, not through the manager's
+    attribute: the oracle watches the queue object itself, and finds it (it found none
+    while it only replaced the attribute)."""
+    used = tables_used("tests.strangers.transition_table:TransitionTableManager")
+    assert used.results is not None and used.results.path == "_results"
+
+
+def test_watch_puts_counts_every_holder_once_and_undoes() -> None:
+    """A ``queue.Queue`` is watched in place: a put by anyone holding it counts once (a
+    ``put_nowait`` goes through ``put`` and still counts once); the undo leaves the
+    queue as it was.  A ``SimpleQueue`` has no instance dictionary: the attribute is
+    replaced by a watching stand-in, and the undo puts it back."""
+    seen: list[object] = []
+    owner = SimpleNamespace(results=queue.Queue(), simple=queue.SimpleQueue())
+    held = owner.results
+    undo = watch_puts(owner, "results", seen.append)
+    assert undo is not None and owner.results is held
+    held.put("a")
+    held.put_nowait("b")
+    assert seen == ["a", "b"] and [held.get_nowait(), held.get_nowait()] == ["a", "b"]
+    undo()
+    held.put("c")
+    assert seen == ["a", "b"] and "put" not in vars(held)
+    simple = owner.simple
+    undo = watch_puts(owner, "simple", seen.append)
+    assert undo is not None and owner.simple is not simple
+    owner.simple.put_nowait("d")
+    assert seen[-1] == "d" and simple.get_nowait() == "d"
+    undo()
+    assert owner.simple is simple
+    assert watch_puts(owner, "missing", seen.append) is None

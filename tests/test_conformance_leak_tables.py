@@ -135,6 +135,21 @@ SHARDED_LEAKY = textwrap.dedent('''
             self._index_of(req_id)[req_id] = keys
 ''')
 
+SORTED = "tests.strangers.sorted_bisect:SortedBisectManager"
+SORTED_LEAKY = textwrap.dedent('''
+    from tests.strangers.sorted_bisect import SortedBisectManager
+
+
+    class SortedKeepsIndex(SortedBisectManager):
+        """Its cleanup leaves the request's (request, key) pairs in its sorted index."""
+
+        def cleanup(self, req_id):
+            kept = [pair for pair in self._index if pair[0] == req_id]
+            super().cleanup(req_id)
+            self._index.extend(kept)
+            self._index.sort()
+''')
+
 
 def _fuzz(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str]:
     code = main(["fuzz", *argv])
@@ -267,13 +282,14 @@ def test_tables_kept_one_level_down_are_found(outside: Path) -> None:
 
 
 def test_a_guessed_table_is_held_only_while_it_names_a_key_or_request(outside: Path) -> None:
-    """A slot array found by shape (it held the key after lookup) that keeps a freed slot's
-    None is no leak: a table the oracle only guessed counts as held while it mentions a
-    key or request id of the run, not for being non-empty.  The same array keeping the
-    keys is still property 5, naming it."""
+    """A slot array found by shape (it held the key after lookup, and after a drain: a
+    list of keys, so a probe table) that keeps a freed slot's None is no leak: a table
+    the oracle only guessed counts as held while it mentions a key or request id of the
+    run, not for being non-empty.  The same array keeping the keys is still property 5,
+    naming it."""
     module = write_module(outside, "user_slotted", SLOTTED)
     used = tables_used(f"{module}:Slotted")
-    assert Table("batch", "_slot_keys", named=False) in used.tables
+    assert Table("probes", "_slot_keys", named=False) in used.tables
     assert first_violation(f"{module}:Slotted", seed=0, examples=EXAMPLES) is None
     error = _kill(f"{module}:SlottedKeepsKeys")
     assert error is not None and error.violation.number == 5, str(error)
@@ -294,6 +310,23 @@ def test_sharded_tables_are_found_with_their_roles(outside: Path) -> None:
     error = _kill(f"{module}:ShardedKeepsIndex")
     assert error is not None and error.violation.number == 4, str(error)
     assert "_index_shards=" in error.violation.detail
+
+
+def test_list_shaped_tables_are_read_by_what_they_hold_after_a_drain(outside: Path) -> None:
+    """Tables kept as sorted lists (no mapping) all hold the key after lookup, as a batch
+    does; after the flush, the tier's answer and a drain, the list of keys itself is the
+    probe table and the list of (request, key) pairs the index, while the batch is empty.
+    A request left in that index is then property 4, naming it (it was 5, the index
+    taken for a batch)."""
+    used = tables_used(SORTED)
+    assert used.tables == (
+        Table("probes", "_keys", named=False), Table("index", "_index", named=False),
+        Table("batch", "_batch", named=False),
+    )
+    module = write_module(outside, "user_sorted", SORTED_LEAKY)
+    error = _kill(f"{module}:SortedKeepsIndex")
+    assert error is not None and error.violation.number == 4, str(error)
+    assert "_index=" in error.violation.detail
 
 
 def test_named_tables_holding_only_empty_shards_hold_nothing() -> None:

@@ -21,6 +21,8 @@ property broken, with its section of docs/properties.md (asynclookup's docs).
 
 from __future__ import annotations
 
+import contextlib  # noqa: F401 (for watch_puts, written in below)
+import inspect  # noqa: F401 (for watch_puts, written in below)
 import queue
 import threading
 import time
@@ -40,6 +42,7 @@ from asynclookup.conformance.targets.adapter import (
     deliver,
     lazy_answer,
 )
+from asynclookup.conformance.targets.tables import watch_puts
 from asynclookup.conformance.targets.threads import CountingQueue, results_in
 from asynclookup.observe.observations import Answer
 from asynclookup.spec.properties import PROPERTIES, kind_of, title_of
@@ -235,10 +238,9 @@ class Run:
         if shape.results:
             owner, _, name = shape.results.rpartition(".")
             holder = _resolve(self.manager, owner) if owner else self.manager
-            inner = getattr(holder, name)
-            if hasattr(inner, "put") and hasattr(inner, "get_nowait"):
-                self.posted = CountingQueue(inner)
-                setattr(holder, name, self.posted)
+            counting = CountingQueue()
+            if watch_puts(holder, name, counting.counted) is not None:
+                self.posted = counting
 
     def __enter__(self) -> Self:
         return self

@@ -47,7 +47,7 @@ from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.regression import harness
 from asynclookup.conformance.regression._paths import RegressionError, explore
 from asynclookup.conformance.regression._text import HELPER, WIDTH, Head, doc_safe, module_text
-from asynclookup.conformance.targets import adapter, threads
+from asynclookup.conformance.targets import adapter, tables, threads
 from asynclookup.conformance.targets.shape import Shape, split_spec
 from asynclookup.conformance.targets.tables import TablesUsed
 from asynclookup.conformance.targets.vllm import PREFIX, tables_used
@@ -134,6 +134,7 @@ def harness_text() -> str:
     """The harness module as written beside a regression file: ``regression.harness``,
     with the oracle's code it imports put in as source (standard library only)."""
     source = Path(inspect.getfile(harness)).read_text(encoding="utf-8")
+    source = source.replace("  # noqa: F401 (for watch_puts, written in below)", "")
     start = source.index(_BEGIN)
     end = source.index("\n", source.index(_END)) + 1
     titles = "".join(f"    {n}: ({title!r},\n        {anchor!r}),\n"
@@ -141,7 +142,7 @@ def harness_text() -> str:
     parts = [
         "# -- the oracle's own code, written in from asynclookup: how a plan becomes the\n"
         "# tier's answer (Answer, Plan, deliver), what counts the worker's posts\n"
-        "# (results_in, CountingQueue), and the properties' titles",
+        "# (results_in, CountingQueue, watch_puts), and the properties' titles",
         f"JUNK: tuple[object, ...] = {adapter.JUNK!r}  # a tier's non-bool values\n"
         f"SLOW_SECONDS = {adapter.SLOW_SECONDS!r}  # how long a slow answer keeps the worker\n"
         "# property number -> its title, the anchor of its section of docs/properties.md\n"
@@ -150,7 +151,7 @@ def harness_text() -> str:
         'says so."""',
         *(_fit(inspect.getsource(x).rstrip("\n")) for x in (
             observations.Answer, adapter.Plan, adapter.deliver, adapter.lazy_answer,
-            threads.results_in, threads.CountingQueue)),
+            threads.results_in, threads.CountingQueue, tables.watch_puts, tables._Forwarding)),
     ]
     return source[:start] + "\n\n\n".join(parts) + "\n# -- end of the oracle's code\n" + \
         source[end:]

@@ -17,7 +17,10 @@ them otherwise.  ``explore`` builds one throwaway instance of the class (its
 
 then, after ``flush()``, an "index" that no longer mentions ``K`` is the
 batch grouped by request (a flush empties a batch, an index holds until
-cleanup), and the queue the worker puts on once the tier has
+cleanup); after a drain, a "batch" that is no mapping and still mentions ``K``
+is the probe table when what holds ``K`` is ``K`` itself (a list of keys beside
+lists of their fields), the index when it names ``R`` too (a list of
+(request, key) pairs); and the queue the worker puts on once the tier has
 answered (none was put on before: not the flush's queue, not a pool's
 hand-over queue) is the results queue; a worker that posts a batch's results
 only when it takes the next one is given a second flush.  A results store
@@ -38,6 +41,7 @@ it mentions a key or a request of the run (``mentions_any``).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import queue
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sized
@@ -146,29 +150,94 @@ class _Stub:
 
 
 class _PutCounter:
-    """Wraps a queue of the throwaway instance: counts puts, wakes a shared condition."""
+    """Counts the puts on a queue of the throwaway instance (``watch_puts``), waking a
+    shared condition."""
 
-    def __init__(self, inner: Any, changed: threading.Condition) -> None:
-        self._inner = inner
+    def __init__(self, changed: threading.Condition) -> None:
         self._changed = changed
         self.puts = 0
+        self.undo: Callable[[], None] = lambda: None
 
-    def put(self, item: Any, *args: Any, **kwargs: Any) -> None:
-        self._inner.put(item, *args, **kwargs)
+    def counted(self, item: Any) -> None:
         with self._changed:
             self.puts += 1
             self._changed.notify_all()
-
-    def put_nowait(self, item: Any) -> None:
-        self.put(item)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 def is_queue(value: object) -> bool:
     """Whether ``value`` looks like a thread-safe queue (put and get_nowait)."""
     return callable(getattr(value, "put", None)) and callable(getattr(value, "get_nowait", None))
+
+
+def watch_puts(
+    owner: Any, name: str, on_put: Callable[[Any], None]
+) -> Callable[[], None] | None:
+    """Call ``on_put(item)`` after every put on the queue ``owner.<name>``, whoever
+    holds it; None when that attribute is no queue (``put`` and ``get_nowait``).
+    Returns the undo.
+
+    The queue object itself is watched, not only the attribute: a worker that was
+    handed the queue in its constructor (a thread's own reference) puts on it too.
+    So its ``put`` and ``put_nowait`` are shadowed on the instance, each calling the
+    class's method and then ``on_put`` once (a ``put_nowait`` that goes through
+    ``put``, as ``queue.Queue``'s does, counts once); a coroutine ``put`` (an
+    asyncio queue's) is left alone.  A queue with no instance dictionary
+    (``queue.SimpleQueue``) is replaced in the attribute by a forwarding stand-in
+    instead, which sees only the puts made through the attribute.
+    """
+    inner = getattr(owner, name, None)
+    if inner is None or not (hasattr(inner, "put") and hasattr(inner, "get_nowait")):
+        return None
+    inside = threading.local()
+
+    def watched(method: Callable[..., Any]) -> Callable[..., Any]:
+        def put(item: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(inside, "put", False):
+                return method(item, *args, **kwargs)
+            inside.put = True
+            try:
+                done = method(item, *args, **kwargs)
+            finally:
+                inside.put = False
+            on_put(item)
+            return done
+        return put
+
+    shadowed: list[str] = []
+    try:
+        for method in ("put", "put_nowait"):
+            found = getattr(type(inner), method, None)
+            if callable(found) and not inspect.iscoroutinefunction(found):
+                setattr(inner, method, watched(found.__get__(inner)))
+                shadowed.append(method)
+    except (AttributeError, TypeError):
+        for method in shadowed:
+            delattr(inner, method)
+        wrapper = _Forwarding(inner, watched(inner.put))
+        setattr(owner, name, wrapper)
+        return lambda: setattr(owner, name, inner)
+
+    def undo() -> None:
+        for method in shadowed:
+            with contextlib.suppress(AttributeError):
+                delattr(inner, method)
+
+    return undo
+
+
+class _Forwarding:
+    """Stands in for a queue that cannot be watched in place: ``put`` and ``put_nowait``
+    go through ``put`` (watched), anything else to the queue."""
+
+    def __init__(self, inner: Any, put: Callable[..., Any]) -> None:
+        self._inner = inner
+        self.put = put
+
+    def put_nowait(self, item: Any) -> Any:
+        return self.put(item, block=False)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 def explore(
@@ -243,8 +312,11 @@ def _explore(manager: Any, shape: Shape, context: Callable[[str], Any], stub: _S
     counters: dict[str, _PutCounter] = {}
     for path, value in _attributes(manager):
         if "." not in path and is_queue(value):
-            counters[path] = _PutCounter(value, changed)
-            setattr(manager, path, counters[path])
+            counter = _PutCounter(changed)
+            undo = watch_puts(manager, path, counter.counted)
+            if undo is not None:
+                counter.undo = undo
+                counters[path] = counter
     stub.counters = counters
     try:
         verdict = getattr(manager, shape.name("lookup") or "lookup")(KEY, context(REQUEST))
@@ -259,10 +331,13 @@ def _explore(manager: Any, shape: Shape, context: Callable[[str], Any], stub: _S
         with contextlib.suppress(Exception):
             getattr(manager, shape.name("flush") or "flush")()
     found = [_emptied_at_flush(manager, t) for t in found]
+    with contextlib.suppress(Exception):
+        getattr(manager, shape.name("drain_results") or "drain_results")()
+    found = [_kept_after_drain(manager, t) for t in found]
     tables = tuple(sorted(
         [t for t in named if t.role != "results"] + found, key=lambda t: ROLES.index(t.role)))
-    for path, counter in counters.items():
-        setattr(manager, path, counter._inner)
+    for counter in counters.values():
+        counter.undo()
     cleanup_error = _rest_of_life(manager, shape, context)
     reason = None
     if not tables:
@@ -275,9 +350,7 @@ def _explore(manager: Any, shape: Shape, context: Callable[[str], Any], stub: _S
 
 
 def _rest_of_life(manager: Any, shape: Shape, context: Callable[[str], Any]) -> str | None:
-    """Drain and clean up the throwaway instance; what cleanup raised, if it did."""
-    with contextlib.suppress(Exception):
-        getattr(manager, shape.name("drain_results") or "drain_results")()
+    """Clean up the throwaway instance (drained already); what cleanup raised, if it did."""
     if shape.name("cleanup") is None:
         return None  # --method cleanup=none
     try:
@@ -333,6 +406,32 @@ def _emptied_at_flush(manager: Any, table: Table) -> Table:
     return table
 
 
+def _kept_after_drain(manager: Any, table: Table) -> Table:
+    """``table`` as found by shape, but a "batch" that is no mapping and still holds the
+    key after the flush, the worker's answer and a drain is no batch: a flush empties
+    a batch and a drain applies what was in flight, while the probes and the request
+    index hold the key until cleanup.  So such a list of keys alone is the probe
+    table (in arrays: a sorted list of keys beside lists of their fields, or a slot
+    array), and one whose entries holding the key name the request too is the index
+    (a list of (request, key) pairs)."""
+    if table.role != "batch" or table.named:
+        return table
+    with contextlib.suppress(Exception):
+        value = resolve(manager, table.path)
+        if isinstance(value, Mapping) or not _mentions(value):
+            return table
+        holding = [v for v in list(value) if _mentions(v, DEPTH - 1)]
+        if holding and all(_is_key(v) for v in holding):
+            return Table("probes", table.path, named=False)
+        if any(_mentions(v, DEPTH - 1, REQUEST) for v in holding):
+            return Table("index", table.path, named=False)
+    return table
+
+
+def _is_key(value: object) -> bool:
+    return isinstance(value, bytes | bytearray | memoryview) and bytes(value) == KEY
+
+
 def holds_anything(table: Any) -> bool:
     """Whether a table holds anything: a mapping, any key; another collection, any element
     that is neither None (a freed slot) nor a collection holding nothing (an empty shard)."""
@@ -345,10 +444,14 @@ def holds_anything(table: Any) -> bool:
 
 
 def probe_keys(table: Any) -> set[bytes]:
-    """The keys a probes table (a mapping by key, or a collection of such shards) holds."""
-    shards = [table] if isinstance(table, Mapping) else [
-        s for s in list(table) if isinstance(s, Mapping)]
-    return {key for shard in shards for key in list(shard) if isinstance(key, bytes)}
+    """The keys a probes table holds: a mapping by key, a collection of such shards, or
+    a list of keys (beside lists of their fields)."""
+    if isinstance(table, Mapping):
+        return {key for key in list(table) if isinstance(key, bytes)}
+    items = list(table)
+    shards = [s for s in items if isinstance(s, Mapping)]
+    keys = {key for shard in shards for key in list(shard) if isinstance(key, bytes)}
+    return keys | {item for item in items if isinstance(item, bytes)}
 
 
 def _mentions(value: Any, depth: int = DEPTH, target: bytes | str = KEY) -> bool:

@@ -4,8 +4,8 @@
 the first user installs it, the last one puts back the hook it replaced (unless
 someone replaced it since), so an IUT thread's uncaught exception reaches the
 callback its adapter registered in ``WATCHED`` while the adapter lives, and the
-process's own hook is untouched before and after.  ``CountingQueue`` wraps the
-queue an IUT's worker posts its results on, so that an adapter can wait,
+process's own hook is untouched before and after.  ``CountingQueue`` counts
+what an IUT's worker posts on its results queue (``watch_puts``), so that an adapter can wait,
 bounded, until so many results were posted.  Both are hints that shorten the
 oracle's wait for a post, never evidence a judgement rests on.  ``IdleWatch`` is the fallback
 for an IUT whose results store is no queue (a dict, a list under a lock): it
@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from types import FrameType, TracebackType
 from typing import Any
 
-from asynclookup.conformance.targets.tables import resolve
+from asynclookup.conformance.targets.tables import resolve, watch_puts
 
 _OURS = os.path.dirname(os.path.abspath(__file__)) + os.sep  # the oracle's own frames
 
@@ -115,35 +115,24 @@ def results_in(item: object) -> int:
 
 
 class CountingQueue:
-    """Wraps a queue: counts the results put (``results_in`` each item) and wakes waiters."""
+    """Counts the results put on a queue (``results_in`` each item) and wakes waiters."""
 
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
+    def __init__(self) -> None:
         self.changed = threading.Condition()
         self.sizes_put = 0
 
-    def put(self, item: Any, *args: Any, **kwargs: Any) -> None:
-        self._inner.put(item, *args, **kwargs)
+    def counted(self, item: Any) -> None:
         with self.changed:
             self.sizes_put += results_in(item)
             self.changed.notify_all()
 
-    def put_nowait(self, item: Any) -> None:
-        self.put(item)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
 
 def wrap_queue(manager: Any, path: str) -> CountingQueue | None:
+    """Count the results put on the queue at ``path`` of ``manager`` (``watch_puts``)."""
     owner_path, _, name = path.rpartition(".")
     owner = resolve(manager, owner_path) if owner_path else manager
-    inner = getattr(owner, name, None)
-    if inner is None or not (hasattr(inner, "put") and hasattr(inner, "get_nowait")):
-        return None
-    counting = CountingQueue(inner)
-    setattr(owner, name, counting)
-    return counting
+    counting = CountingQueue()
+    return counting if watch_puts(owner, name, counting.counted) is not None else None
 
 
 # -- when no results queue is found: the tier-calling thread going idle ----------------
