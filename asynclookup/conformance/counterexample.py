@@ -45,6 +45,16 @@ class Call:
         return f"{self.method}({', '.join(shown)})"
 
 
+def lookup_text(key: bytes, request: str) -> str:
+    """How a lookup reads in a counterexample, before what came back (`` -> ...``)."""
+    return f"lookup({key!r}, {request!r})"
+
+
+def reask_text(key: bytes, request: str) -> str:
+    """How a re-ask (``Driver.await_verdict``) reads, before what came back."""
+    return f"re-ask drain_results() and {lookup_text(key, request)}"
+
+
 @dataclass
 class ShrinkReport:
     """What the shrinker did, for the report: a long counterexample says why it is long."""

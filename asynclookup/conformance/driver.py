@@ -35,6 +35,7 @@ from asynclookup.conformance.counterexample import (
     _raised,
     _shown,
     _stack_notes,
+    lookup_text,
 )
 from asynclookup.conformance.eventually import PROPER, WAIT_BOUND, Eventually
 from asynclookup.conformance.targets.adapter import (
@@ -155,11 +156,10 @@ class Driver(Eventually):
         """``lookup(key, request)``; the checker judges the verdict."""
         self._requests.add(request)
         self._keys.add(key)
-        verdict, error = self._call(
-            lambda: self.target.lookup(key, request), f"lookup({key!r}, {request!r})"
-        )
+        asked = lookup_text(key, request)
+        verdict, error = self._call(lambda: self.target.lookup(key, request), asked)
         self._record(
-            f"lookup({key!r}, {request!r}) -> {_shown(verdict, error)}",
+            f"{asked} -> {_shown(verdict, error)}",
             ("lookup", (key, request)), [LookupSeen(key, request, verdict, error)],
         )
 

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-from asynclookup.conformance.counterexample import Call, _shown
+from asynclookup.conformance.counterexample import Call, _shown, lookup_text, reask_text
 from asynclookup.conformance.targets.adapter import OracleTier, Plan, Target
 from asynclookup.conformance.targets.bounded import Patience
 from asynclookup.observe.engine import (
@@ -161,17 +161,17 @@ class Eventually:
         it re-asked; each re-ask is judged as it comes."""
         if self.failed or self.unsettled() or not self.checker.awaits_post(key):
             return
-        asked = f"drain_results() and lookup({key!r}, {request!r})"
-        record = Call(f"re-ask {asked} until the verdict shows", "await_verdict", (key, request))
+        asked = reask_text(key, request)
+        record = Call(f"{asked} until the verdict shows", "await_verdict", (key, request))
         self.calls.append(record)
 
         def reask() -> bool:
             _, error = self._call(self.target.drain_results, "drain_results()")
             self._observe(record, [DrainSeen(error)])
             verdict, error = self._call(
-                lambda: self.target.lookup(key, request), f"lookup({key!r}, {request!r})"
+                lambda: self.target.lookup(key, request), lookup_text(key, request)
             )
-            record.text = f"re-ask {asked} -> {_shown(verdict, error)}"
+            record.text = f"{asked} -> {_shown(verdict, error)}"
             self._observe(record, [LookupSeen(key, request, verdict, error)])
             return error is not None or verdict is not None or not self.checker.awaits_post(key)
 

@@ -29,6 +29,8 @@ from asynclookup.conformance.counterexample import (
     Call,
     ConformanceError,
     ShrinkReport,
+    lookup_text,
+    reask_text,
 )
 from asynclookup.conformance.driver import Driver
 from asynclookup.conformance.eventually import ASKED_AGAIN, WAIT_BOUND
@@ -305,12 +307,13 @@ def _settled(error: ConformanceError, steps: list[Step]) -> ConformanceError:
 
 def _asked(call: Call) -> str:
     """What ``call`` asked, without what came back: its text reads "<asked> -> <what came
-    back>" (asynclookup.conformance.driver, .eventually), and a key's bytes may hold " ->"
-    themselves, so a lookup and a re-ask are told from their arguments."""
+    back>", and a key's bytes may hold " ->" themselves, so a lookup and a re-ask are
+    written again from their arguments, as the driver wrote them (``lookup_text``,
+    ``reask_text``)."""
     if call.method == "lookup" and len(call.args) == 2:
-        return f"lookup({call.args[0]!r}, {call.args[1]!r})"
+        return lookup_text(*call.args)
     if call.method == "await_verdict" and len(call.args) == 2:
-        return f"re-ask drain_results() and lookup({call.args[0]!r}, {call.args[1]!r})"
+        return reask_text(*call.args)
     return call.text.partition(" ->")[0]
 
 
