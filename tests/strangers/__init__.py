@@ -58,6 +58,10 @@ CORRECT: tuple[str, ...] = (
     _P + "transient_worker:TransientWorkerManager",
     _P + "sorted_bisect:SortedBisectManager",
     _P + "facade_core:FacadeLookupManager",
+    # three more the same day, which the oracle judged right from the start
+    _P + "double_buffer:DoubleBufferManager",
+    _P + "context_keyed:ContextKeyedManager",
+    _P + "two_stage:TwoStageManager",
 )
 
 BUG_KIND: dict[str, str] = {
@@ -98,7 +102,7 @@ BUG_KIND: dict[str, str] = {
     _P + "asyncio_loop:LoopNeverDrainsInLookup": "lookup-never-drains",
     _P + "group_snapshots:SnapshotDrainsOnlyInFlush": "lookup-never-drains",
     _P + "minimal_drain:DrainsOnlyInFlush": "lookup-never-drains",
-    # the four outsiders of 2026-12-06, three copies each
+    # the seven outsiders of 2026-12-06, three copies each
     _P + "transition_table:FlushSubmitsStale": "flush-no-revalidate",
     _P + "transient_worker:SubmitsStaleEntries": "flush-no-revalidate",
     _P + "sorted_bisect:SortedBisectSubmitsStale": "flush-no-revalidate",
@@ -111,6 +115,15 @@ BUG_KIND: dict[str, str] = {
     _P + "sorted_bisect:SortedBisectZipTruncates": "tier-short-answer-zip",
     _P + "transition_table:CleanupDeletesInFlight": "cleanup-deletes-in-flight",
     _P + "facade_core:CleanupDeletesInFlight": "cleanup-deletes-in-flight",
+    _P + "double_buffer:FlushWithoutRevalidation": "flush-no-revalidate",
+    _P + "context_keyed:FlushSubmitsCleanedUp": "flush-no-revalidate",
+    _P + "two_stage:FlushWithoutRevalidation": "flush-no-revalidate",
+    _P + "double_buffer:ResultsAppliedByKey": "results-by-key",
+    _P + "two_stage:ResultsAppliedByKey": "results-by-key",
+    _P + "context_keyed:MarkMissForcesResolved": "mark-miss-forces-resolved",
+    _P + "double_buffer:ZipTruncatesShortAnswer": "tier-short-answer-zip",
+    _P + "context_keyed:ZipTruncates": "tier-short-answer-zip",
+    _P + "two_stage:ZipShortAnswer": "tier-short-answer-zip",
 }
 
 PROPERTY_OF_KIND: dict[str, int] = {
