@@ -22,6 +22,7 @@ from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.replay import open_replay
 from asynclookup.conformance.targets.adapter import Plan
 from asynclookup.conformance.targets.tables import watch_puts
+from asynclookup.conformance.targets.threads import results_in
 from asynclookup.conformance.targets.vllm import tables_used
 from tests.outside.condition_style import ConditionManager, Job
 
@@ -126,3 +127,23 @@ def test_watch_puts_counts_every_holder_once_and_undoes() -> None:
     undo()
     assert owner.simple is simple
     assert watch_puts(owner, "missing", seen.append) is None
+
+
+def test_a_record_per_group_counts_the_results_it_holds() -> None:
+    """A results queue's items are counted as results, whatever their shape: a record of
+    the class's own holding its group's results in a field counts those (the
+    table-driven stranger's, with ``__slots__``; one with a ``__dict__``), a result
+    object with no collection among its fields is one.  A record counted as one result
+    made each settle of that class run to its bound."""
+
+    class Record:
+        __slots__ = ("request", "results")
+
+        def __init__(self, results: tuple[tuple[bytes, int, bool], ...]) -> None:
+            self.request, self.results = "A", results
+
+    triples = ((b"k0", 0, True), (b"k1", 1, False))
+    assert results_in(Record(triples)) == 2
+    assert results_in(SimpleNamespace(request="A", results=list(triples))) == 2
+    assert results_in(SimpleNamespace(key=b"k0", generation=0, verdict=True)) == 1
+    assert results_in([Record(triples), Record(triples[:1])]) == 3

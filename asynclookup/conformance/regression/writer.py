@@ -151,7 +151,8 @@ def harness_text() -> str:
         'says so."""',
         *(_fit(inspect.getsource(x).rstrip("\n")) for x in (
             observations.Answer, adapter.Plan, adapter.deliver, adapter.lazy_answer,
-            threads.results_in, threads.CountingQueue, tables.watch_puts, tables._Forwarding)),
+            threads.results_in, threads._fields, threads._holds_results,
+            threads.CountingQueue, tables.watch_puts, tables._Forwarding)),
     ]
     return source[:start] + "\n\n\n".join(parts) + "\n# -- end of the oracle's code\n" + \
         source[end:]

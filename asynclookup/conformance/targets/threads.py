@@ -99,8 +99,10 @@ def results_in(item: object) -> int:
     One result is a ``(key, generation, verdict)`` triple (a tuple or list whose
     first element is the key, as bytes); a mapping holds one result per entry (a
     dict per batch); another list, tuple or set holds the results of its items (a
-    list per group or per batch); ``None`` is a sentinel (0); anything else is
-    one result (a result object of the class's own).  A hint for a wait, never a
+    list per group or per batch); ``None`` is a sentinel (0); an object of the
+    class's own holds the results of its fields that are such collections (a
+    record per group, its results in one field), or is one result itself when
+    none of its fields is (a result object).  A hint for a wait, never a
     judgement: a miscount only makes the wait end early or run to its bound.
     """
     if item is None:
@@ -111,7 +113,22 @@ def results_in(item: object) -> int:
         return len(item)
     if isinstance(item, tuple | list | set | frozenset):
         return sum(results_in(x) for x in item)
-    return 1
+    held = [v for v in _fields(item) if _holds_results(v)]
+    return sum(results_in(v) for v in held) if held else 1
+
+
+def _holds_results(value: object) -> bool:
+    return isinstance(value, tuple | list | set | frozenset | Mapping)
+
+
+def _fields(item: object) -> list[object]:
+    """The values of an object's fields (its ``__dict__``, or its ``__slots__``)."""
+    fields = getattr(item, "__dict__", None)
+    if isinstance(fields, dict):
+        return list(fields.values())
+    slots = getattr(type(item), "__slots__", ())
+    names = (slots,) if isinstance(slots, str) else tuple(slots)
+    return [getattr(item, name) for name in names if hasattr(item, name)]
 
 
 class CountingQueue:
