@@ -351,3 +351,49 @@ def test_a_class_that_applies_the_proven_post_passes(impl: str) -> None:
         driver.shutdown()
     finally:
         driver.close()
+
+
+# -- a verdict given to a probe the spec still owes a tier call for --------------------
+
+SORTED = "tests.strangers.sorted_bisect:"
+
+
+def _stale_result_over_a_new_probe(impl: str) -> tuple[ConformanceError | None, list[str]]:
+    """The run in which a class that applies results by key resolves a newer probe of
+    the key with the old probe's result before the flush that should submit it (so it
+    never asks the tier), then waits for that tier call."""
+    driver = open_replay(f"impl:{impl}", mode="threaded")
+    try:
+        driver.lookup(b"k0", "A")
+        driver.flush()
+        driver.cleanup("A")  # the probe stays in flight, an orphan
+        driver.drain_results()
+        driver.mark_present((b"k0",))  # deletes the orphan's state
+        driver.lookup(b"k0", "B")  # a new probe of the key
+        driver.answer(Plan())  # the old probe's result is posted...
+        driver.settle()
+        driver.flush()  # ...and applied here, to the new probe if by key
+        driver.answer(Plan())
+    except ConformanceError as error:
+        return error, [c.text for c in driver.calls]
+    finally:
+        driver.close()
+    return None, [c.text for c in driver.calls]
+
+
+def test_a_verdict_given_to_a_probe_owed_a_tier_call_is_judged_before_the_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When a tier call the spec owes does not come, the probes' requests ask again first
+    (harmless), so the stale verdict the class gave the new probe is property 2, as on
+    every other seed, and not 6 for the call it never made (the sorted stranger's
+    by-key copy was named 6 on one seed).  The correct class makes that call; without
+    the asking (planted), the copy is named 6."""
+    error, calls = _stale_result_over_a_new_probe(SORTED + "SortedBisectAppliesByKey")
+    assert error is not None and error.violation.number == 2, (error, calls)
+    assert calls[-1].endswith("then its requests asked again: lookup(b'k0', 'B') -> False"), calls
+    error, calls = _stale_result_over_a_new_probe(SORTED + "SortedBisectManager")
+    assert error is None, (error, calls)
+    monkeypatch.setattr("asynclookup.conformance.driver.ASK_BEFORE_STALLED", 0)
+    error, calls = _stale_result_over_a_new_probe(SORTED + "SortedBisectAppliesByKey")
+    assert error is not None and error.violation.number == 6, (error, calls)

@@ -23,6 +23,7 @@ users; it chooses nothing itself.
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -86,6 +87,7 @@ from asynclookup.observe.interface import Violation
 T = TypeVar("T")
 UNOWED_WAIT = 0.05  # seconds a replay waits for a tier call the spec does not owe
 CATCH_UP_CALLS = 8  # tier calls one catch_up answers at most
+ASK_BEFORE_STALLED = 4  # requests of owed probes asked again before a missing call is judged
 
 class Driver(Eventually):
     """Drives one IUT through the oracle, checking every observation."""
@@ -278,14 +280,36 @@ class Driver(Eventually):
         if pending is None and not owed:
             return
         if pending is None:
-            self._record(
-                f"wait for the worker's next tier call -> none came in {owed_wait:g} s",
-                ("answer", (plan,)),
-                [Stalled("tier call", self.target.worker_alive())],
-            )
+            text = f"wait for the worker's next tier call -> none came in {owed_wait:g} s"
+            record = Call(text, "answer", (plan,))
+            self.calls.append(record)
+            if self._asked_owed(record):
+                pending = self.tier.next_call(0.0)  # it came while they asked
+            if pending is None:
+                self._observe(record, [Stalled("tier call", self.target.worker_alive())])
+                return
+            self.tier.answer(pending, plan)
+            record.text += "; then it came, and was answered"
+            self._observe(record, [])
             return
         self.tier.answer(pending, plan)
         self._record("answer the worker's tier call", ("answer", (plan,)), [])
+
+    def _asked_owed(self, record: Call) -> bool:
+        """Before a tier call that did not come is judged, the requests of the probes it
+        is owed for ask again (``Checker.owed_requesters``; harmless), each judged: a
+        verdict the class gave such a probe anyway (a stale result applied by key,
+        which also kept the probe from the tier) is the finding, not the missing call.
+        Shown in ``record`` (the wait's own call); True if any asked."""
+        asks = [] if self.failed else self.checker.owed_requesters()[:ASK_BEFORE_STALLED]
+        waited, shown = record.text, []
+        for key, request in asks:
+            asked = lookup_text(key, request)
+            verdict, error = self._call(functools.partial(self.target.lookup, key, request), asked)
+            shown.append(f"{asked} -> {_shown(verdict, error)}")
+            record.text = f"{waited}; then its requests asked again: {', '.join(shown)}"
+            self._observe(record, [LookupSeen(key, request, verdict, error)])
+        return bool(shown)
 
     def catch_up(self, plans: Sequence[Plan] = ()) -> None:
         """Answer every tier call the spec owes (``plans`` in turn, then proper

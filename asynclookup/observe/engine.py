@@ -168,6 +168,24 @@ class Checker(Notes):
         """Tier calls every possible state still owes (groups queued or held)."""
         return min(_groups_owed(s) for s in self._states)
 
+    def owed_requesters(self) -> list[tuple[bytes, str]]:
+        """The (key, request) pairs such that, in every possible state, a tier call is
+        owed for the key's current probe (a live entry queued or held) and the request
+        is one of its requesters.  Asking such a request again is harmless
+        (docs/protocol.md, point 7 of "What the spec decides"), and the spec answers
+        it None: the driver asks before it judges a tier call that does not come, so
+        a class that gave that probe a verdict anyway (a stale result applied by key,
+        which also kept it from the tier) is judged by that verdict first."""
+        common: set[tuple[bytes, str]] | None = None
+        for s in self._states:
+            pairs: set[tuple[bytes, str]] = set()
+            for e in (*s.held, *(e for batch in s.queue for e in batch)):
+                p = core.probe_of(s, e.key)
+                if p is not None and p.generation == e.generation:
+                    pairs.update((e.key, r) for r in p.requesters)
+            common = pairs if common is None else common & pairs
+        return sorted(common or ())
+
     def awaits_post(self, key: bytes) -> bool:
         """Whether ``key``'s verdict waits only on the hidden worker: in every possible
         state its current probe is IN_FLIGHT with its result posted, or answered and
