@@ -9,7 +9,9 @@ of which must be named by exactly its property; NAME is a class name) it fuzzes
 ``MODULE:CLASS`` as ``asynclookup fuzz --impl`` does (threaded mode, the faults
 ``--faults`` names, ``all`` by default, strict efficiency) once per seed, unshrunk
 (``asynclookup.conformance.testcase.first_violation``), at most ``--examples``
-examples a seed, and shrinks every kill (``asynclookup.conformance.replay.shrink``).
+examples a seed, and settles and shrinks every kill as ``asynclookup fuzz`` does
+(``asynclookup.conformance.replay.settled_and_shrunk``): the property named is the
+one the command's report names.
 It prints, and writes to ``--out`` when given, a Markdown table: class,
 expected property (``-`` for a correct class), properties named, seeds whose
 kill named an expected property, seconds to the first failure and calls after
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from asynclookup.conformance.machine import Stats
-from asynclookup.conformance.replay import shrink
+from asynclookup.conformance.replay import settled_and_shrunk
 from asynclookup.conformance.testcase import first_violation
 
 
@@ -61,10 +63,10 @@ def measure(impl: str, seed: int, examples: int, budget: float, faults: str = "a
     if error is None:
         return Run(seed, None, seconds, stats.examples)
     started = time.monotonic()
-    shrunk = shrink(error, budget)
+    shrunk = settled_and_shrunk(error, budget)  # what asynclookup fuzz reports
     report = getattr(shrunk, "shrink_report", None)
     return Run(
-        seed, error.violation.number, seconds, stats.examples, len(shrunk.calls),
+        seed, shrunk.violation.number, seconds, stats.examples, len(shrunk.calls),
         time.monotonic() - started,
         f"{shrunk.violation.detail} | shrink: {report.line() if report else '-'}",
     )

@@ -17,7 +17,12 @@ import pytest
 
 from asynclookup.conformance.counterexample import ConformanceError
 from asynclookup.conformance.driver import Driver
-from asynclookup.conformance.replay import open_replay, replay, settle_name, shrink
+from asynclookup.conformance.replay import (
+    open_replay,
+    replay,
+    settle_name,
+    settled_and_shrunk,
+)
 from asynclookup.conformance.targets.adapter import FAULT_KINDS, Plan
 from asynclookup.conformance.targets.vllm import impl_factory, impl_spec, tables_used
 from asynclookup.conformance.testcase import first_violation
@@ -88,8 +93,8 @@ def test_one_bug_copy_is_named_by_its_own_property(impl: str) -> None:
         if error is not None:
             break
     assert error is not None, f"{impl} survived {KILL_EXAMPLES} examples on seeds {KILL_SEEDS}"
-    assert error.violation.number == BUGGY[impl], str(error)
-    shrunk = shrink(error, SHRINK_BUDGET)
+    assert settle_name(error).violation.number == BUGGY[impl], str(error)
+    shrunk = settled_and_shrunk(error, SHRINK_BUDGET)  # what asynclookup fuzz reports
     assert shrunk.violation.number == BUGGY[impl], str(shrunk)
     assert len(shrunk.calls) <= 8, f"{shrunk}\n{shrunk.shrink_report}"
 
@@ -397,3 +402,50 @@ def test_a_verdict_given_to_a_probe_owed_a_tier_call_is_judged_before_the_call(
     monkeypatch.setattr("asynclookup.conformance.driver.ASK_BEFORE_STALLED", 0)
     error, calls = _stale_result_over_a_new_probe(SORTED + "SortedBisectAppliesByKey")
     assert error is not None and error.violation.number == 6, (error, calls)
+
+
+# -- a cleanup that keeps orphans: one name whichever orphan a run makes first ----------
+
+
+def _kept_orphan_delivered(impl: str, *, cleanup_first: bool) -> ConformanceError:
+    """A run in which a resolved orphan's verdict reaches a new request: property 2.
+    ``cleanup_first``: the request is cleaned up while its probe is in flight, so the
+    orphan's own result is applied to it (a class that applies instead of deleting);
+    otherwise after the verdict landed (a class whose cleanup keeps the orphan)."""
+    driver = open_replay(f"impl:{impl}", mode="threaded")
+    try:
+        driver.lookup(b"k0", "A")
+        driver.flush()
+        if cleanup_first:
+            driver.cleanup("A")
+        driver.answer(Plan())
+        driver.settle()
+        driver.drain_results()
+        if not cleanup_first:
+            driver.cleanup("A")
+        driver.lookup(b"k0", "C")
+    except ConformanceError as error:
+        return error
+    finally:
+        driver.close()
+    raise AssertionError(f"{impl}: the run broke nothing")
+
+
+def test_a_kept_orphans_verdict_is_named_1_when_pending_orphans_are_kept_too() -> None:
+    """A cleanup that keeps every orphan shows as 2 on runs where a resolved orphan's
+    verdict is delivered first, and as 1 where a PENDING orphan is flushed first.  The
+    report asks, cutting the run after the lookup, whether the PENDING orphan is kept
+    and submitted (``_pending_orphan_kept``): it is, so the name is 1 on every run.  A
+    class that only applies an orphan's result (the condition style's
+    ``OrphanStateKept``) deletes a PENDING orphan, and keeps its 2."""
+    error = _kept_orphan_delivered(SORTED + "SortedCleanupKeepsOrphans", cleanup_first=False)
+    assert error.violation.number == 2, str(error)
+    settled = settle_name(error)
+    assert settled.violation.number == 1, str(settled)
+    assert any(n.startswith("named 1, not 2: cut after lookup(b'k0', 'A')")
+               for n in settled.notes), settled.notes
+    error = _kept_orphan_delivered(
+        "tests.outside.condition_style:OrphanStateKept", cleanup_first=True
+    )
+    assert error.violation.number == 2, str(error)
+    assert settle_name(error) is error

@@ -261,7 +261,10 @@ def settle_name(error: ConformanceError) -> ConformanceError:
       lets it.  ``_asked_after_mark_miss`` asks right after the mark_miss;
     - property 2 or 3, a lookup's False where the spec's verdict is None, with a
       mark_miss of that key before it: an orphan's result delivered (2) or a verdict
-      the mark_miss forced (3).  ``_without_mark_miss`` replays the run without it.
+      the mark_miss forced (3).  ``_without_mark_miss`` replays the run without it;
+    - property 2, a verdict kept for a key whose request was cleaned up: does the
+      class keep such an orphan while it is PENDING too, and submit it (1)?
+      ``_pending_orphan_kept`` cuts the run after that request's lookup.
 
     Each question is a call the protocol allows, or the run with one call changed or
     left out; the class's answers decide the name.  Replays wait the shrinker's short
@@ -301,8 +304,48 @@ def _settled(error: ConformanceError, steps: list[Step]) -> ConformanceError:
         error.violation.number in (2, 3) and steps and steps[-1][0] in ("lookup", "await_verdict")
         and error.calls[-1].text.endswith("-> False")  # the only verdict mark_miss forces
     ):
-        return _without_mark_miss(error, steps) or error
+        settled = _without_mark_miss(error, steps)
+        if settled is not None:
+            return settled
+    if error.violation.number == 2 and steps and steps[-1][0] in ("lookup", "await_verdict"):
+        return _pending_orphan_kept(error, steps) or error
     return error
+
+
+def _pending_orphan_kept(error: ConformanceError, steps: list[Step]) -> ConformanceError | None:
+    """Property 2 at a lookup of a key that a request of the run asked for and was then
+    cleaned up: a verdict the class kept for a probe its cleanup left without
+    requesters (a resolved orphan).  Does its cleanup keep the orphan while it is
+    still PENDING too?  Then that probe's flush sends it to the tier for the
+    cleaned-up request, property 1, which a class that keeps orphans shows first on
+    other runs.  Asked by the run cut after that lookup, then the cleanup, a flush
+    and the tier call's answer; if that breaks property 1, it is the finding, so one
+    bug gets one name whichever orphan a run makes first.  Threaded only (the answer
+    is the oracle's tier's); None: not settled."""
+    if error.config.get("mode", "stepped") == "stepped":
+        return None
+    key = steps[-1][1][0]
+    for i, (method, args) in enumerate(steps[:-1]):
+        if method != "lookup" or args[0] != key:
+            continue
+        request = args[1]
+        if ("cleanup", (request,)) not in steps[i + 1:-1]:
+            continue
+        cut: list[Step] = [
+            *steps[: i + 1], ("cleanup", (request,)), ("flush", ()), ("answer", (Plan(),)),
+        ]
+        for _ in range(_tries(error)):
+            found = replay(error.config, cut, QUICK_WAIT)
+            if found is not None and found.violation.number == 1:
+                found.note(
+                    f"named 1, not 2: cut after {lookup_text(key, request)}, the class "
+                    f"kept that probe, still PENDING, when cleanup({request!r}) left it "
+                    "without requesters, and its flush sent it to the tier; a kept orphan "
+                    "is what both runs show"
+                )
+                return found
+        return None
+    return None
 
 
 def _asked(call: Call) -> str:
