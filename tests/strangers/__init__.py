@@ -124,6 +124,24 @@ BUG_KIND: dict[str, str] = {
     _P + "double_buffer:ZipTruncatesShortAnswer": "tier-short-answer-zip",
     _P + "context_keyed:ZipTruncates": "tier-short-answer-zip",
     _P + "two_stage:ZipShortAnswer": "tier-short-answer-zip",
+    # the other kinds, added to the same outsiders' classes by other outsiders
+    _P + "double_buffer:BufferCleanupKeepsOrphans": "cleanup-keeps-orphans",
+    _P + "context_keyed:KeyedCleanupKeepsOrphans": "cleanup-keeps-orphans",
+    _P + "two_stage:StageCleanupKeepsOrphans": "cleanup-keeps-orphans",
+    _P + "sorted_bisect:SortedCleanupKeepsOrphans": "cleanup-keeps-orphans",
+    _P + "facade_core:FacadeCleanupKeepsOrphans": "cleanup-keeps-orphans",
+    _P + "sorted_bisect:SortedCleanupKeepsRequester": "cleanup-keeps-requester",
+    _P + "facade_core:FacadeCleanupKeepsRequester": "cleanup-keeps-requester",
+    _P + "double_buffer:BufferLazyRaiseKillsWorker": "lazy-raise-kills-worker",
+    _P + "context_keyed:KeyedLazyRaiseKillsWorker": "lazy-raise-kills-worker",
+    _P + "two_stage:StageLazyRaiseKillsWorker": "lazy-raise-kills-worker",
+    _P + "sorted_bisect:SortedLazyRaiseKillsWorker": "lazy-raise-kills-worker",
+    _P + "facade_core:FacadeLazyRaiseKillsWorker": "lazy-raise-kills-worker",
+    _P + "double_buffer:BufferWrongRequestContext": "wrong-request-context",
+    _P + "context_keyed:KeyedWrongRequestContext": "wrong-request-context",
+    _P + "two_stage:StageWrongRequestContext": "wrong-request-context",
+    _P + "sorted_bisect:SortedLookupNeverDrains": "lookup-never-drains",
+    _P + "facade_core:FacadeLookupNeverDrains": "lookup-never-drains",
 }
 
 PROPERTY_OF_KIND: dict[str, int] = {
@@ -156,9 +174,16 @@ BUGGY: dict[str, int] = {path: PROPERTY_OF_KIND[kind] for path, kind in BUG_KIND
 BUGGY.update({
     _P + "raw_pool:ReleasesOnlyLastRequester": 2,
     _P + "actor_mailbox:ActorCleanupMissesJoinedKeys": 2,
-    _P + "generation_ledger:LedgerNeverForgets": 2,
     _P + "per_key_simplequeue:CleanupLeavesPendingOrphans": 1,
+    _P + "sorted_bisect:SortedCleanupKeepsRequester": 2,
+    _P + "facade_core:FacadeCleanupKeepsRequester": 2,
 })
+# A cleanup that keeps orphans keeps PENDING ones too, which are submitted for their
+# cleaned-up request on some runs (1), while other runs first hand a resolved orphan's
+# verdict to a new request (2); the report settles the second by asking whether a
+# PENDING orphan is kept and submitted too (asynclookup.conformance.replay,
+# ``_pending_orphan_kept``), so every copy of the kind is named 1.
+BUGGY.update({path: 1 for path, kind in BUG_KIND.items() if kind == "cleanup-keeps-orphans"})
 
 _ALSO_OF_KIND: dict[str, tuple[int, ...]] = {
     # properties.md variant table: drain-no-generation-check breaks "2, 3"

@@ -334,3 +334,70 @@ class ZipTruncates(ContextKeyedManager):
             (key, generation, verdict if isinstance(verdict, bool) else False)
             for (key, generation), verdict in zip(group, answer, strict=False)  # the bug
         ]
+
+
+# ------------------------------------------------- one-bug copies (added by an outsider)
+
+
+class KeyedCleanupKeepsOrphans(ContextKeyedManager):
+    """Bug (cleanup-keeps-orphans): cleanup forgets the request but never deletes a
+    probe left without requesters, so PENDING and RESOLVED orphans stay.
+
+    Expected: property 5 (no leak): once every request is cleaned up the probe
+    table still holds the key. Seen from outside it may show first as 1 (the orphaned
+    PENDING probe is still live for this class's flush) or 2 (a later request reads
+    the orphan's old verdict).
+    """
+
+    def cleanup(self, req_id: str) -> None:
+        self._check_open()
+        contexts = [ctx for ctx in self._by_context if ctx.req_id == req_id]
+        for ctx in contexts:
+            for key in self._by_context.pop(ctx):
+                probe = self._probes.get(key)
+                if probe is not None:
+                    probe.requesters.discard(ctx)  # the bug: the orphan is never deleted
+
+
+class KeyedLazyRaiseKillsWorker(ContextKeyedManager):
+    """Bug (lazy-raise-kills-worker): the tier's lazy answer is consumed outside the
+    try, so an answer that raises part-way escapes and kills the worker thread.
+
+    Expected: property 7 (survival): "no tier behaviour (... lazy iterable that
+    raises ...) stops the worker"; oracle.md reports a dead worker as 7. (The model
+    checker's variant worker-never-posts names 6, progress.)
+    """
+
+    def _probe_group(self, group: list[tuple[Key, int]], ctx: RequestContext) -> list[Result]:
+        keys = [key for key, _ in group]
+        try:
+            lazy = iter(self.batch_lookup(keys, ctx))
+        except BaseException:
+            lazy = iter(())
+        answer = list(itertools.islice(lazy, len(keys) + 1))  # the bug: outside the try
+        if len(answer) != len(keys):
+            return [(key, generation, False) for key, generation in group]
+        return [
+            (key, generation, verdict if isinstance(verdict, bool) else False)
+            for (key, generation), verdict in zip(group, answer, strict=True)
+        ]
+
+
+class KeyedWrongRequestContext(ContextKeyedManager):
+    """Bug (wrong-request-context): every request group's tier call carries the
+    context of the batch's last entry (a late-bound loop variable).
+
+    Expected: property 9 (right context): a key is probed with another request's
+    context as soon as a batch holds two requests.
+    """
+
+    def _worker_loop(self) -> None:
+        while True:
+            batch = self._submitted.get()
+            if isinstance(batch, _Stop) or self._stop.is_set():
+                return
+            groups: dict[RequestContext, list[tuple[Key, int]]] = {}
+            for key, ctx, generation in batch:
+                groups.setdefault(ctx, []).append((key, generation))
+            for group in groups.values():
+                self._posted.put(self._probe_group(group, ctx))  # the bug: last ctx

@@ -330,3 +330,70 @@ class ZipTruncatesShortAnswer(DoubleBufferManager):
         except Exception:
             return [False] * len(keys)
         return [v if type(v) is bool else False for _key, v in zip(keys, got, strict=False)]
+
+
+# ------------------------------------------------- one-bug copies (added by an outsider)
+
+
+class BufferCleanupKeepsOrphans(DoubleBufferManager):
+    """Bug (cleanup-keeps-orphans): cleanup forgets the request but never deletes a
+    probe left without requesters, so PENDING and RESOLVED orphans stay.
+
+    Expected: property 5 (no leak): once every request is cleaned up the probe
+    table still holds the key. Seen from outside it may show first as 1 (the orphaned
+    PENDING probe is still live for this class's flush, so the tier is asked about a
+    key the spec deleted) or 2 (a later request reads the orphan's old verdict).
+    """
+
+    def cleanup(self, req_id: str) -> None:
+        self._check_open()
+        for key in self._req_index.pop(req_id, set()):
+            probe = self._probes.get(key)
+            if probe is not None:
+                probe.requesters.discard(req_id)  # the bug: the orphan is never deleted
+
+
+class BufferLazyRaiseKillsWorker(DoubleBufferManager):
+    """Bug (lazy-raise-kills-worker): the tier's lazy answer is consumed outside the
+    try, so an answer that raises part-way escapes and kills the worker thread.
+
+    Expected: property 7 (survival): "no tier behaviour (... lazy iterable that
+    raises ...) stops the worker"; oracle.md reports a dead worker as 7. (The model
+    checker's variant worker-never-posts names 6, progress: no verdict ever comes.)
+    """
+
+    def _probe_group(self, keys: list[bytes], ctx: RequestContext) -> list[bool]:
+        failed = [False] * len(keys)
+        try:
+            answer = iter(self.batch_lookup(list(keys), ctx))
+        except Exception:
+            return failed
+        got = list(itertools.islice(answer, len(keys) + 1))  # the bug: outside the try
+        if len(got) != len(keys) or not all(type(v) is bool for v in got):
+            return failed
+        return [bool(v) for v in got]
+
+
+class BufferWrongRequestContext(DoubleBufferManager):
+    """Bug (wrong-request-context): every request group's tier call carries the
+    context of the batch's last entry (a late-bound loop variable).
+
+    Expected: property 9 (right context): a key is probed with another request's
+    context as soon as a batch holds two requests.
+    """
+
+    def _probe_batch(self, batch: list[Entry]) -> list[Result]:
+        groups: dict[str, list[tuple[bytes, int]]] = {}
+        ctx: RequestContext | None = None
+        for key, ctx, gen in batch:
+            groups.setdefault(ctx.req_id, []).append((key, gen))
+        assert ctx is not None
+        results: list[Result] = []
+        for members in reversed(list(groups.values())):
+            keys = [key for key, _gen in members]
+            verdicts = self._probe_group(keys, ctx)  # the bug: the last entry's context
+            results.extend(
+                (key, gen, verdict)
+                for (key, gen), verdict in zip(members, verdicts, strict=False)
+            )
+        return results

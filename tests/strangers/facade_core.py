@@ -390,3 +390,159 @@ class CleanupDeletesInFlight(FacadeLookupManager):
     """
 
     core_class = _CoreCleanupDeletesInFlight
+
+
+class _CoreCleanupKeepsRequester(_Core):
+    def cleanup(self, req_id: str) -> None:
+        self._check_open()
+        for key in self.index.pop(req_id, []):
+            probe = self.probes.get(key)
+            if probe is None or req_id not in probe.requesters:
+                continue
+            if len(probe.requesters) > 1:
+                continue  # the bug: a shared probe keeps the cleaned-up request
+            probe.requesters.remove(req_id)
+            if not probe.requesters and probe.phase != IN_FLIGHT:
+                self._forget(key)
+
+
+class FacadeCleanupKeepsRequester(FacadeLookupManager):
+    """Cleanup drops the request from the index but leaves it among the requesters of a
+    probe it shares with another request, so that probe is never deleted.
+
+    I expect property 4 (bookkeeping): once every request is cleaned up, the class's
+    probes still name a cleaned-up request.
+    """
+
+    core_class = _CoreCleanupKeepsRequester
+
+
+class _CoreCleanupKeepsOrphans(_Core):
+    def cleanup(self, req_id: str) -> None:
+        self._check_open()
+        for key in self.index.pop(req_id, []):
+            probe = self.probes.get(key)
+            if probe is None or req_id not in probe.requesters:
+                continue
+            probe.requesters.remove(req_id)
+            # the bug: a probe left without requesters is never deleted
+
+
+class FacadeCleanupKeepsOrphans(FacadeLookupManager):
+    """Cleanup forgets the request but never deletes a probe left without requesters
+    (PENDING or RESOLVED orphans stay).
+
+    I expect property 5 (no leak): after every request is cleaned up and every result
+    drained, the class's probe table still holds the key.
+    """
+
+    core_class = _CoreCleanupKeepsOrphans
+
+
+def _answer_group_consumed_outside_try(
+    tier: Tier, keys: list[bytes], req_context: Any
+) -> list[bool]:
+    """As ``_answer_group``, but the answer is consumed outside the ``try``."""
+    try:
+        answer = tier(list(keys), req_context)
+    except Exception:
+        return [False] * len(keys)
+    got = list(itertools.islice(answer, len(keys) + 1))  # the bug: outside the try
+    if len(got) != len(keys):
+        return [False] * len(keys)
+    return [value if isinstance(value, bool) else False for value in got]
+
+
+def _worker_loop_consumed_outside_try(
+    inbox: queue.Queue[Batch | None],
+    outbox: collections.deque[Posted],
+    outbox_lock: threading.Lock,
+    stop: threading.Event,
+    tier: Tier,
+) -> None:
+    """As ``_worker_loop``, with ``_answer_group_consumed_outside_try``."""
+    while True:
+        batch = inbox.get()
+        if batch is None or stop.is_set():
+            return
+        groups: dict[str, list[Entry]] = {}
+        for entry in batch:
+            groups.setdefault(entry[1], []).append(entry)
+        results: list[Result] = []
+        for entries in groups.values():
+            keys = [entry[0] for entry in entries]
+            verdicts = _answer_group_consumed_outside_try(tier, keys, entries[0][2])
+            results.extend(
+                (entry[0], entry[3], verdict)
+                for entry, verdict in zip(entries, verdicts, strict=True)
+            )
+        with outbox_lock:
+            outbox.append(tuple(results))
+
+
+class _CoreLazyRaiseKillsWorker(_Core):
+    def __init__(self, tier: Tier) -> None:
+        # _Core.__init__'s tables, but the worker consumes tier answers outside its try
+        self.probes = {}
+        self.index = {}
+        self.batch = []
+        self.next_generation = 0
+        self.drain_due = False
+        self.closed = False
+        self.inbox = queue.Queue()
+        self.outbox = collections.deque()
+        self.outbox_lock = threading.Lock()
+        self.stop = threading.Event()
+        self.worker = threading.Thread(
+            target=_worker_loop_consumed_outside_try,
+            args=(self.inbox, self.outbox, self.outbox_lock, self.stop, tier),
+            name="facade-core-lookup-worker",
+            daemon=True,
+        )
+        self.worker.start()
+
+
+class FacadeLazyRaiseKillsWorker(FacadeLookupManager):
+    """The worker calls the tier inside its try but consumes the (lazy) answer outside
+    it, so an answer that raises part-way kills the worker thread.
+
+    I expect property 7 (survival): a tier behaviour kills the worker thread with an
+    uncaught exception (properties.md's model checker names 6, progress, for this bug:
+    no verdict comes after it).
+    """
+
+    core_class = _CoreLazyRaiseKillsWorker
+
+
+class _CoreLookupNeverDrains(_Core):
+    def lookup(self, key: bytes, req_context: Any) -> bool | None:
+        self._check_open()
+        # the bug: no _apply_posted() here, even when drain_due is set
+        req_id: str = req_context.req_id
+        probe = self.probes.get(key)
+        if probe is None:
+            probe = types.SimpleNamespace(
+                generation=self._new_generation(),
+                phase=PENDING,
+                verdict=None,
+                requesters=[],
+            )
+            self.probes[key] = probe
+            self.batch.append((key, req_id, req_context, probe.generation))
+        if req_id not in probe.requesters:
+            probe.requesters.append(req_id)
+        keys = self.index.setdefault(req_id, [])
+        if key not in keys:
+            keys.append(key)
+        return probe.verdict if probe.phase == RESOLVED else None
+
+
+class FacadeLookupNeverDrains(FacadeLookupManager):
+    """lookup never applies posted results, not even the first lookup after a flush;
+    only flush, drain_results and shutdown do.
+
+    I expect property 6 (progress, ``results_applied_within_a_step``): the worker's next
+    tier call proves it posted, yet the first lookup after the flush returns None.
+    """
+
+    core_class = _CoreLookupNeverDrains

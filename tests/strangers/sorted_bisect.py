@@ -358,3 +358,110 @@ class SortedBisectZipTruncates(SortedBisectManager):
         return [
             v if isinstance(v, bool) else False for _k, v in zip(keys, answer, strict=False)
         ]
+
+
+class SortedCleanupKeepsRequester(SortedBisectManager):
+    """Bug (cleanup-keeps-requester): cleanup drops the request from the index, but a probe
+    it shares with another request (more than one requester listed) keeps it among its
+    requesters.  Such a probe then never loses its last requester, so it is never deleted.
+
+    Expected: property 4 (bookkeeping).  From outside: once every request is cleaned up the
+    class still holds the shared key with a cleaned-up request among its requesters
+    (the leak check's "probes still naming a cleaned-up request").
+    """
+
+    def cleanup(self, req_id: str) -> None:
+        self._check_open()
+        lo = bisect_left(self._index, (req_id, b""))
+        hi = lo
+        while hi < len(self._index) and self._index[hi][0] == req_id:
+            hi += 1
+        keys = [key for _rid, key in self._index[lo:hi]]
+        del self._index[lo:hi]
+        for key in keys:
+            i = self._find(key)
+            if i < 0:
+                continue
+            reqs = self._requesters[i]
+            if len(reqs) > 1:
+                continue  # the bug: a shared probe keeps the cleaned-up request
+            j = bisect_left(reqs, req_id)
+            if j < len(reqs) and reqs[j] == req_id:
+                del reqs[j]
+            if not reqs and self._phases[i] != IN_FLIGHT:
+                self._delete_probe(i)
+
+
+class SortedCleanupKeepsOrphans(SortedBisectManager):
+    """Bug (cleanup-keeps-orphans): cleanup forgets the request everywhere but never
+    deletes a probe left without requesters (a PENDING or RESOLVED orphan stays).
+
+    Expected: property 5 (no leak).  From outside: after every request is cleaned up and
+    every result drained, the class's probe table still holds the key.
+    """
+
+    def cleanup(self, req_id: str) -> None:
+        self._check_open()
+        lo = bisect_left(self._index, (req_id, b""))
+        hi = lo
+        while hi < len(self._index) and self._index[hi][0] == req_id:
+            hi += 1
+        keys = [key for _rid, key in self._index[lo:hi]]
+        del self._index[lo:hi]
+        for key in keys:
+            i = self._find(key)
+            if i < 0:
+                continue
+            reqs = self._requesters[i]
+            j = bisect_left(reqs, req_id)
+            if j < len(reqs) and reqs[j] == req_id:
+                del reqs[j]
+            # the bug: a probe left without requesters is never deleted
+
+
+class SortedLazyRaiseKillsWorker(SortedBisectManager):
+    """Bug (lazy-raise-kills-worker): the worker calls the tier inside its try but
+    consumes the answer outside it, so a lazy answer that raises part-way escapes and
+    kills the worker thread.
+
+    Expected: property 7 (survival).  From outside: the worker thread dies of an uncaught
+    exception on a tier answer ("no tier behaviour ... stops the worker"); after that no
+    verdict ever comes (progress, 6, is what properties.md's model checker names).
+    """
+
+    def _answers(self, keys: list[bytes], req_context: Any) -> list[bool]:
+        try:
+            lazy = self.batch_lookup(list(keys), req_context)
+        except Exception:
+            return [False] * len(keys)
+        answer = list(lazy)  # the bug: consumed outside the try
+        if len(answer) != len(keys) or not all(isinstance(v, bool) for v in answer):
+            return [False] * len(keys)
+        return answer
+
+
+class SortedLookupNeverDrains(SortedBisectManager):
+    """Bug (lookup-never-drains): lookup never applies posted results, not even the first
+    lookup after a flush; only flush and drain_results do.
+
+    Expected: property 6 (progress, ``results_applied_within_a_step``).  From outside: the
+    worker has posted (its next tier call proves it) yet the first lookup after the flush
+    still returns None.
+    """
+
+    def lookup(self, key: bytes, req_context: Any) -> bool | None:
+        self._check_open()
+        # the bug: no drain here, even when a flush happened since the last one
+        req_id: str = req_context.req_id
+        i = self._find(key)
+        if i < 0:
+            i = self._new_probe(key)
+            self._batch.append((key, req_context, self._gens[i]))
+        reqs = self._requesters[i]
+        j = bisect_left(reqs, req_id)
+        if j == len(reqs) or reqs[j] != req_id:
+            reqs.insert(j, req_id)
+            insort(self._index, (req_id, key))
+        if self._phases[i] == RESOLVED:
+            return self._verdicts[i]
+        return None

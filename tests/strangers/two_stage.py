@@ -337,3 +337,75 @@ class ZipShortAnswer(TwoStageManager):
         return [
             (key, gen, v is True) for (key, gen), v in zip(entries, answer, strict=False)
         ]
+
+
+# ------------------------------------------------- one-bug copies (added by an outsider)
+
+
+class StageCleanupKeepsOrphans(TwoStageManager):
+    """Bug (cleanup-keeps-orphans): cleanup forgets the request but never deletes a
+    probe left without requesters, so PENDING and RESOLVED orphans stay.
+
+    Expected: property 5 (no leak): once every request is cleaned up the probe
+    table still holds the key. Seen from outside it may show first as 1 (the orphaned
+    PENDING probe is still live for this class's flush) or 2 (a later request reads
+    the orphan's old verdict).
+    """
+
+    def cleanup(self, req_id: str) -> None:
+        self._check_open()
+        for key in self._req_keys.pop(req_id, set()):
+            state = self._lookup_state.get(key)
+            if state is None or req_id not in state[3]:
+                continue
+            # the bug: the state is kept even when no requester is left
+            self._lookup_state[key] = (state[0], state[1], state[2], state[3] - {req_id})
+
+
+class StageLazyRaiseKillsWorker(TwoStageManager):
+    """Bug (lazy-raise-kills-worker): the tier's lazy answer is consumed outside the
+    try, so an answer that raises part-way escapes and kills the prober thread.
+
+    Expected: property 7 (survival): "no tier behaviour (... lazy iterable that
+    raises ...) stops the worker"; oracle.md reports a dead worker as 7. (The model
+    checker's variant worker-never-posts names 6, progress.)
+    """
+
+    def _probe_group(self, ctx: Any, entries: list[tuple[bytes, int]]) -> list[Result]:
+        keys = [key for key, _generation in entries]
+        verdicts = [False] * len(keys)
+        try:
+            lazy = iter(self.batch_lookup(keys, ctx))
+        except BaseException:
+            lazy = iter(())
+        got = list(itertools.islice(lazy, len(keys) + 1))  # the bug: outside the try
+        if len(got) == len(keys) and all(type(v) is bool for v in got):
+            verdicts = [bool(v) for v in got]
+        return [(key, gen, v) for (key, gen), v in zip(entries, verdicts, strict=True)]
+
+
+class StageWrongRequestContext(TwoStageManager):
+    """Bug (wrong-request-context): the fetcher hands every request group over with
+    the context of the batch's last entry (a late-bound loop variable).
+
+    Expected: property 9 (right context): a key is probed with another request's
+    context as soon as a batch holds two requests.
+    """
+
+    def _fetcher_loop(self) -> None:
+        while True:
+            batch = self._flush_queue.get()
+            if batch is None or self._stop.is_set():
+                break
+            members: dict[str, list[tuple[bytes, int]]] = {}
+            ctx: Any = None
+            for key, ctx, generation in batch:
+                members.setdefault(ctx.req_id, []).append((key, generation))
+            for group in members.values():
+                self._handoff.put((ctx, group))  # the bug: the last entry's context
+            end = _EndOfBatch()
+            self._handoff.put(end)
+            while not end.done.wait(_ACK_POLL_S):
+                if not self._prober.is_alive():
+                    return
+        self._handoff.put(_STOP)
