@@ -434,16 +434,18 @@ def _kept_orphan_delivered(impl: str, *, cleanup_first: bool) -> ConformanceErro
 def test_a_kept_orphans_verdict_is_named_1_when_pending_orphans_are_kept_too() -> None:
     """A cleanup that keeps every orphan shows as 2 on runs where a resolved orphan's
     verdict is delivered first, and as 1 where a PENDING orphan is flushed first.  The
-    report asks, cutting the run after the lookup, whether the PENDING orphan is kept
-    and submitted (``_pending_orphan_kept``): it is, so the name is 1 on every run.  A
+    report asks, in a run of four calls, whether a PENDING orphan is kept and submitted
+    (``_pending_orphan_kept``): it is, so the name is 1 on every run.  A
     class that only applies an orphan's result (the condition style's
     ``OrphanStateKept``) deletes a PENDING orphan, and keeps its 2."""
     error = _kept_orphan_delivered(SORTED + "SortedCleanupKeepsOrphans", cleanup_first=False)
     assert error.violation.number == 2, str(error)
     settled = settle_name(error)
     assert settled.violation.number == 1, str(settled)
-    assert any(n.startswith("named 1, not 2: cut after lookup(b'k0', 'A')")
+    assert any(n.startswith("named 1, not 2: asked in a run of its own")
                for n in settled.notes), settled.notes
+    assert [c.text for c in settled.calls][:3] == [
+        "lookup(b'k0', 'A') -> None", "cleanup('A')", "flush()"]
     error = _kept_orphan_delivered(
         "tests.outside.condition_style:OrphanStateKept", cleanup_first=True
     )

@@ -262,12 +262,13 @@ def settle_name(error: ConformanceError) -> ConformanceError:
     - property 2 or 3, a lookup's False where the spec's verdict is None, with a
       mark_miss of that key before it: an orphan's result delivered (2) or a verdict
       the mark_miss forced (3).  ``_without_mark_miss`` replays the run without it;
-    - property 2, a verdict kept for a key whose request was cleaned up: does the
-      class keep such an orphan while it is PENDING too, and submit it (1)?
-      ``_pending_orphan_kept`` cuts the run after that request's lookup.
+    - property 2 or 7, a verdict kept for (or a call raising over) a key whose
+      request was cleaned up: does the class keep such an orphan while it is PENDING,
+      and submit it (1)?  ``_pending_orphan_kept`` asks in a run of four calls.
 
-    Each question is a call the protocol allows, or the run with one call changed or
-    left out; the class's answers decide the name.  Replays wait the shrinker's short
+    Each question is a call the protocol allows, the run with one call changed or
+    left out, or (the kept orphan) a run of four calls that asks one thing; the
+    class's answers decide the name.  Replays wait the shrinker's short
     bound.  Any other finding, or one the replays do not settle, is returned as it
     is; a settled one carries a note saying how (``ConformanceError.notes``), and, if
     ``error`` was shrunk, its shrink report."""
@@ -307,41 +308,48 @@ def _settled(error: ConformanceError, steps: list[Step]) -> ConformanceError:
         settled = _without_mark_miss(error, steps)
         if settled is not None:
             return settled
-    if error.violation.number == 2 and steps and steps[-1][0] in ("lookup", "await_verdict"):
+    if error.violation.number in (2, 7) and steps and steps[-1][0] in _NAMING_KEYS:
         return _pending_orphan_kept(error, steps) or error
     return error
 
 
+# the calls whose first argument names the key (a lookup, a re-ask) or keys (the marks)
+_NAMING_KEYS = ("lookup", "await_verdict", "mark_present", "mark_miss")
+
+
 def _pending_orphan_kept(error: ConformanceError, steps: list[Step]) -> ConformanceError | None:
-    """Property 2 at a lookup of a key that a request of the run asked for and was then
-    cleaned up: a verdict the class kept for a probe its cleanup left without
-    requesters (a resolved orphan).  Does its cleanup keep the orphan while it is
-    still PENDING too?  Then that probe's flush sends it to the tier for the
-    cleaned-up request, property 1, which a class that keeps orphans shows first on
-    other runs.  Asked by the run cut after that lookup, then the cleanup, a flush
+    """Property 2 or 7 at a call naming a key that a request of the run asked for and
+    was then cleaned up: a verdict the class kept for a probe its cleanup left without
+    requesters (a resolved orphan, 2), or a call that raised over such a probe (7, a
+    class whose own checks trip on the orphan it kept).  Does its cleanup keep the
+    orphan while it is still PENDING?  Then that probe's flush sends it to the tier
+    for the cleaned-up request, property 1, which a class that keeps orphans shows
+    first on other runs.  Asked in a run of its own: that lookup, the cleanup, a flush
     and the tier call's answer; if that breaks property 1, it is the finding, so one
-    bug gets one name whichever orphan a run makes first.  Threaded only (the answer
-    is the oracle's tier's); None: not settled."""
+    bug gets one name whichever orphan a run makes first.  Threaded only (the
+    answer is the oracle's tier's); None: not settled."""
     if error.config.get("mode", "stepped") == "stepped":
         return None
-    key = steps[-1][1][0]
+    method, args = steps[-1]
+    keys = tuple(args[0]) if method in ("mark_present", "mark_miss") else (args[0],)
     for i, (method, args) in enumerate(steps[:-1]):
-        if method != "lookup" or args[0] != key:
+        if method != "lookup" or args[0] not in keys:
             continue
-        request = args[1]
+        key, request = args
         if ("cleanup", (request,)) not in steps[i + 1:-1]:
             continue
-        cut: list[Step] = [
-            *steps[: i + 1], ("cleanup", (request,)), ("flush", ()), ("answer", (Plan(),)),
+        asked: list[Step] = [
+            ("lookup", (key, request)), ("cleanup", (request,)), ("flush", ()),
+            ("answer", (Plan(),)),
         ]
         for _ in range(_tries(error)):
-            found = replay(error.config, cut, QUICK_WAIT)
+            found = replay(error.config, asked, QUICK_WAIT)
             if found is not None and found.violation.number == 1:
                 found.note(
-                    f"named 1, not 2: cut after {lookup_text(key, request)}, the class "
-                    f"kept that probe, still PENDING, when cleanup({request!r}) left it "
-                    "without requesters, and its flush sent it to the tier; a kept orphan "
-                    "is what both runs show"
+                    f"named 1, not {error.violation.number}: asked in a run of its own (its "
+                    "calls are shown), the class keeps a probe that a cleanup leaves "
+                    "without requesters while it is still PENDING, and flush() sends it "
+                    "to the tier; a kept orphan is what both runs show"
                 )
                 return found
         return None

@@ -124,7 +124,7 @@ BUG_KIND: dict[str, str] = {
     _P + "double_buffer:ZipTruncatesShortAnswer": "tier-short-answer-zip",
     _P + "context_keyed:ZipTruncates": "tier-short-answer-zip",
     _P + "two_stage:ZipShortAnswer": "tier-short-answer-zip",
-    # the other kinds, added to the same outsiders' classes by other outsiders
+    # the other kinds, added to the same outsiders' classes by other outsiders (25)
     _P + "double_buffer:BufferCleanupKeepsOrphans": "cleanup-keeps-orphans",
     _P + "context_keyed:KeyedCleanupKeepsOrphans": "cleanup-keeps-orphans",
     _P + "two_stage:StageCleanupKeepsOrphans": "cleanup-keeps-orphans",
@@ -142,6 +142,14 @@ BUG_KIND: dict[str, str] = {
     _P + "two_stage:StageWrongRequestContext": "wrong-request-context",
     _P + "sorted_bisect:SortedLookupNeverDrains": "lookup-never-drains",
     _P + "facade_core:FacadeLookupNeverDrains": "lookup-never-drains",
+    _P + "transition_table:TableCleanupKeepsRequester": "cleanup-keeps-requester",
+    _P + "transient_worker:TransientCleanupKeepsRequester": "cleanup-keeps-requester",
+    _P + "transition_table:TableCleanupKeepsOrphans": "cleanup-keeps-orphans",
+    _P + "transient_worker:TransientCleanupKeepsOrphans": "cleanup-keeps-orphans",
+    _P + "transition_table:TableLazyRaiseKillsWorker": "lazy-raise-kills-worker",
+    _P + "transient_worker:TransientLazyRaiseKillsWorker": "lazy-raise-kills-worker",
+    _P + "transition_table:TableWrongRequestContext": "wrong-request-context",
+    _P + "transient_worker:TransientWrongRequestContext": "wrong-request-context",
 }
 
 PROPERTY_OF_KIND: dict[str, int] = {
@@ -177,6 +185,8 @@ BUGGY.update({
     _P + "per_key_simplequeue:CleanupLeavesPendingOrphans": 1,
     _P + "sorted_bisect:SortedCleanupKeepsRequester": 2,
     _P + "facade_core:FacadeCleanupKeepsRequester": 2,
+    _P + "transition_table:TableCleanupKeepsRequester": 2,
+    _P + "transient_worker:TransientCleanupKeepsRequester": 2,
 })
 # A cleanup that keeps orphans keeps PENDING ones too, which are submitted for their
 # cleaned-up request on some runs (1), while other runs first hand a resolved orphan's

@@ -310,3 +310,98 @@ class ZipsShortAnswer(TransientWorkerManager):
             (key, gen, v is True)
             for key, gen, v in zip(keys, generations, answer)  # noqa: B905 - the bug
         ]
+
+
+# ---------------------------------------------------------------------------
+# One-bug copies added by a second outsider.
+
+
+class TransientCleanupKeepsRequester(TransientWorkerManager):
+    """Bug (cleanup-keeps-requester): cleanup drops the request from
+    ``_req_keys`` but leaves it among the requesters of a probe it shares with
+    another request (a probe it alone asked for is handled correctly).
+
+    Expected from outside: property 4 (bookkeeping). Why: once every request
+    is cleaned up, the shared probe still names the cleaned-up request (and is
+    never orphaned, so never deleted), which the leak check reads as "its
+    probes still naming a cleaned-up request".
+    """
+
+    def cleanup(self, req_id: str) -> None:
+        self._check_open()
+        for key in self._req_keys.pop(req_id, set()):
+            probe = self._lookup_state.get(key)
+            if probe is None:
+                continue
+            if probe[REQUESTERS] - {req_id}:
+                continue  # the bug: a shared probe keeps the request
+            probe[REQUESTERS].discard(req_id)
+            if not probe[REQUESTERS] and probe[PHASE] != IN_FLIGHT:
+                del self._lookup_state[key]
+
+
+class TransientCleanupKeepsOrphans(TransientWorkerManager):
+    """Bug (cleanup-keeps-orphans): cleanup forgets the request but never
+    deletes a probe left without requesters: PENDING and RESOLVED orphans stay.
+
+    Expected from outside: property 5 (no leak). Why: after every request is
+    cleaned up and every result applied, ``_lookup_state`` still holds the
+    key. (A kept PENDING orphan is also still submitted at the next flush,
+    which from outside looks like property 1.)
+    """
+
+    def cleanup(self, req_id: str) -> None:
+        self._check_open()
+        for key in self._req_keys.pop(req_id, set()):
+            probe = self._lookup_state.get(key)
+            if probe is None:
+                continue
+            probe[REQUESTERS].discard(req_id)
+            # the bug: an orphaned probe is never deleted here
+
+
+class TransientLazyRaiseKillsWorker(TransientWorkerManager):
+    """Bug (lazy-raise-kills-worker): the tier call is inside the try, but its
+    answer is consumed outside it, so a lazy answer that raises part-way (or a
+    non-iterable answer) raises in the worker thread and kills it; the dead
+    worker is never cleared from ``_worker``, so no worker is started again.
+
+    Expected from outside: property 7 (survival). Why: docs/oracle.md reports
+    a worker thread that died of an uncaught exception as property 7 (the
+    model checker's variant worker-never-posts names 6, progress).
+    """
+
+    def _probe_group(
+        self, keys: list[bytes], generations: list[int], req_context: Any
+    ) -> list[Result]:
+        verdicts = [False] * len(keys)
+        try:
+            answer = self.batch_lookup(list(keys), req_context)
+        except Exception:
+            answer = verdicts
+        # the bug: a lazy answer raising here is outside the try
+        got = list(itertools.islice(iter(answer), len(keys) + 1))
+        if len(got) == len(keys) and all(isinstance(v, bool) for v in got):
+            verdicts = [v is True for v in got]
+        return list(zip(keys, generations, verdicts, strict=True))
+
+
+class TransientWrongRequestContext(TransientWorkerManager):
+    """Bug (wrong-request-context): the groups are right, but every group's
+    tier call carries the context of the batch's last entry (a late-bound loop
+    variable).
+
+    Expected from outside: property 9 (right context). Why: the oracle's tier
+    sees a call for one request's keys carrying another request's context.
+    """
+
+    @staticmethod
+    def _groups(batch: list[Entry]) -> list[tuple[Any, list[bytes], list[int]]]:
+        keys_of: dict[str, tuple[list[bytes], list[int]]] = {}
+        req_context: Any = None
+        for key, req_context, generation in batch:
+            keys, gens = keys_of.setdefault(req_context.req_id, ([], []))
+            keys.append(key)
+            gens.append(generation)
+        # the bug: req_context is the loop variable's last value
+        return [(req_context, keys, gens) for keys, gens in keys_of.values()]

@@ -401,3 +401,88 @@ class ZipTruncates(TransitionTableManager):
         except Exception:
             return [False] * len(keys)
         return [value is True for _key, value in zip(keys, answer, strict=False)]
+
+
+# -- one-bug copies added by a second outsider ----------------------------------
+
+
+class TableCleanupKeepsRequester(TransitionTableManager):
+    """Bug (cleanup-keeps-requester): cleanup drops the request from the index
+    but leaves it among the requesters of a probe it shares with another
+    request (a probe it alone asked for is handled as in the correct class).
+
+    Expected from outside: property 4 (bookkeeping). Why: once every request
+    is cleaned up, the shared probe still names the cleaned-up request (and is
+    never orphaned, so never deleted), which the leak check reads as "its
+    probes still naming a cleaned-up request".
+    """
+
+    def cleanup(self, req_id: str) -> None:
+        self._check_open()
+        for key in self._by_request.pop(req_id, set()):
+            state = self._probes.get(key)
+            if state is None:
+                continue
+            if state.requesters - {req_id}:
+                continue  # the bug: a shared probe keeps the request
+            state.requesters.discard(req_id)
+            if not state.requesters:
+                self._move(key, state, "cleanup_orphaned")
+
+
+class TableCleanupKeepsOrphans(TransitionTableManager):
+    """Bug (cleanup-keeps-orphans): cleanup forgets the request but never
+    deletes a probe left without requesters: PENDING and RESOLVED orphans stay
+    (the table's "cleanup_orphaned" event keeps every phase).
+
+    Expected from outside: property 5 (no leak). Why: after every request is
+    cleaned up and every result applied, the probe table still holds the key.
+    (A kept PENDING orphan is also still submitted at the next flush, which
+    from outside looks like property 1.)
+    """
+
+    TRANSITIONS: ClassVar[dict[tuple[int, str], int]] = {
+        **TransitionTableManager.TRANSITIONS,
+        (PENDING, "cleanup_orphaned"): PENDING,
+        (RESOLVED, "cleanup_orphaned"): RESOLVED,
+    }
+
+
+class TableLazyRaiseKillsWorker(TransitionTableManager):
+    """Bug (lazy-raise-kills-worker): the tier call is inside the try, but its
+    answer is consumed outside it, so a lazy answer that raises part-way (or a
+    non-iterable answer) raises in the worker thread and kills it.
+
+    Expected from outside: property 7 (survival). Why: docs/oracle.md reports
+    a worker thread that died of an uncaught exception as property 7 (the
+    model checker's variant worker-never-posts names 6, progress).
+    """
+
+    def _probe_group(self, keys: list[bytes], req_context: ReqContext) -> list[bool]:
+        verdicts = [False] * len(keys)
+        try:
+            answer: Iterable[bool] = self.batch_lookup(list(keys), req_context)
+        except Exception:
+            return verdicts
+        # the bug: a lazy answer raising here is outside the try
+        for i, value in enumerate(itertools.islice(answer, len(keys))):
+            verdicts[i] = value is True
+        return verdicts
+
+
+class TableWrongRequestContext(TransitionTableManager):
+    """Bug (wrong-request-context): the worker keeps the context of its first
+    tier call and makes every later tier call with it, so a later request
+    group is probed with another request's context (groups are still right).
+
+    Expected from outside: property 9 (right context). Why: the oracle's tier
+    sees a call for one request's keys carrying another request's context.
+    """
+
+    _tier_context: ReqContext | None = None
+
+    def _probe_group(self, keys: list[bytes], req_context: ReqContext) -> list[bool]:
+        if self._tier_context is None:
+            self._tier_context = req_context
+        # the bug: the remembered context, not the group's own
+        return super()._probe_group(keys, self._tier_context)
