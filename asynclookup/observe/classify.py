@@ -355,8 +355,9 @@ def _lookup(checker: Checker, obs: LookupSeen, states: list[State]) -> tuple[int
     )
     if orphaned:
         return 2, (
-            f"{said}: the result of an orphaned probe (every requester cleaned up) was "
-            "applied instead of deleting the probe, and delivered to a new requester"
+            f"{said}: the verdict of an orphaned probe (every requester cleaned up), which "
+            "the spec deletes (by its own result, or at the cleanup once resolved), was "
+            "delivered to a new requester"
         )
     if unresolved and None in allowed:
         if obs.verdict is False and any(
