@@ -124,12 +124,22 @@ def zoo(name: str) -> tuple[dict[str, int | None], Callable[[str], set[int]]]:
     return dict(OUTSIDE), expected
 
 
-def label(impl: str) -> str:
-    """A class's name in the table: ``Class``, or ``module:Class`` in the tests zoo, where
-    two modules may hold classes of one name."""
+def label(impl: str, qualified: bool = False) -> str:
+    """A class's name in the table: ``Class``, or ``module:Class`` in the tests zoo, or
+    wherever two modules hold classes of one name (``qualified``)."""
     path = impl.removeprefix("impl:").split(";", 1)[0]
     module, _, cls = path.rpartition(":")
-    return f"{module.rpartition('.')[2]}:{cls}" if impl.startswith("impl:") else cls
+    short = qualified or impl.startswith("impl:")
+    return f"{module.rpartition('.')[2]}:{cls}" if short else cls
+
+
+def labels(impls: list[str]) -> dict[str, str]:
+    """Each class's name in the table (``label``), qualified by its module where two
+    classes share one, so that no class is left out."""
+    counts: dict[str, int] = {}
+    for impl in impls:
+        counts[label(impl)] = counts.get(label(impl), 0) + 1
+    return {label(impl, counts[label(impl)] > 1): impl for impl in impls}
 
 
 def seed_list(text: str) -> list[int]:
@@ -154,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*")
     args = parser.parse_args(argv)
     classes, expected = zoo(args.zoo)
-    by_name = {label(impl): impl for impl in classes}
+    by_name = labels(list(classes))
     names = args.names or [
         name for name, impl in by_name.items()
         if not (args.correct and classes[impl] is not None)
