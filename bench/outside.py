@@ -9,7 +9,9 @@ of which must be named by exactly its property; NAME is a class name) it fuzzes
 ``MODULE:CLASS`` as ``asynclookup fuzz --impl`` does (threaded mode, the faults
 ``--faults`` names, ``all`` by default, strict efficiency) once per seed, unshrunk
 (``asynclookup.conformance.testcase.first_violation``), at most ``--examples``
-examples a seed, and settles and shrinks every kill as ``asynclookup fuzz`` does
+examples a seed of 30 steps each (the CI tests' size; ``asynclookup fuzz`` draws 50,
+so its seed S is another run than this seed S), and settles and shrinks every kill
+as ``asynclookup fuzz`` does
 (``asynclookup.conformance.replay.settled_and_shrunk``): the property named is the
 one the command's report names.
 It prints, and writes to ``--out`` when given, a Markdown table: class,
