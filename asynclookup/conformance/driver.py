@@ -271,7 +271,9 @@ class Driver(Eventually):
 
         When the spec owes no tier call, a call may still be waiting (one the
         spec excludes): it is answered if it is there (a replay waits a little
-        for it); if not, nothing happened and nothing is recorded.
+        for it); if not, nothing happened and nothing is recorded.  When an owed
+        call does not come within the bound, its probes' requests ask again
+        first (``_asked_owed``), then the wait is judged (``Stalled``).
         """
         owed = self.checker.owed_tier_calls() > 0 or self.failed
         unowed_wait = UNOWED_WAIT if self.patient else 0.0
