@@ -334,3 +334,79 @@ def test_named_tables_holding_only_empty_shards_hold_nothing() -> None:
     holds nothing (it is not an empty list, and was property 4 at the first call)."""
     assert first_violation(impl_spec(SHARDED, tables=SHARDED_NAMED), seed=0,
                            examples=EXAMPLES) is None
+
+
+SQLITE = textwrap.dedent('''
+    from tests.strangers.sqlite_tables import SqliteTablesManager
+
+
+    class SqliteNamed(SqliteTablesManager):
+        """The SQLite stranger, with methods that read its tables out as Python values."""
+
+        def probe_rows(self):
+            with self._lock:
+                rows = self._db.execute("SELECT key, generation, phase FROM probes").fetchall()
+            return {key: (generation, phase) for key, generation, phase in rows}
+
+        def index_rows(self):
+            with self._lock:
+                rows = self._db.execute("SELECT request_id, key FROM requesters").fetchall()
+            index = {}
+            for request, key in rows:
+                index.setdefault(request, []).append(key)
+            return index
+
+        def batch_rows(self):
+            with self._lock:
+                return self._db.execute("SELECT key, request_id FROM batch").fetchall()
+
+        def broken_rows(self):
+            raise RuntimeError("no such table")
+
+
+    class SqliteKeepsIndex(SqliteNamed):
+        """Keeps a second index, a table of (request, key) rows that lookup fills and
+        cleanup never empties: its own leak, seen only in that table."""
+
+        def lookup(self, key, req_context):
+            verdict = super().lookup(key, req_context)
+            with self._lock:
+                self._db.execute(
+                    "CREATE TABLE IF NOT EXISTS seen (request_id TEXT, key BLOB)")
+                self._db.execute(
+                    "INSERT INTO seen VALUES (?, ?)", (req_context.req_id, key))
+            return verdict
+
+        def index_rows(self):
+            with self._lock:
+                self._db.execute(
+                    "CREATE TABLE IF NOT EXISTS seen (request_id TEXT, key BLOB)")
+                rows = self._db.execute("SELECT request_id, key FROM seen").fetchall()
+            index = {}
+            for request, key in rows:
+                index.setdefault(request, []).append(key)
+            return index
+''')
+SQLITE_TABLES = "probes=probe_rows(),index=index_rows(),batch=batch_rows()"
+
+
+def test_tables_read_by_a_method_turn_the_leak_check_on(
+    outside: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A class whose tables are no Python collections (rows of an in-memory SQLite
+    database) has the leak check off; naming a method of it that returns each table
+    (``--tables index=index_rows()``) turns it on: the class passes, and a second
+    index the class never empties is property 4, naming the method.  A method that raises,
+    or one named for the results queue, exits 2 with one line."""
+    module = write_module(outside, "user_sqlite", SQLITE)
+    assert not tables_used(f"{module}:SqliteNamed").leak_check
+    named = impl_spec(f"{module}:SqliteNamed", tables=SQLITE_TABLES)
+    assert tables_used(named).leak_check
+    assert first_violation(named, seed=0, examples=EXAMPLES) is None
+    error = _kill(impl_spec(f"{module}:SqliteKeepsIndex", tables=SQLITE_TABLES))
+    assert error is not None and error.violation.number == 4, str(error)
+    assert "index_rows()=" in error.violation.detail
+    for tables, said in (("probes=broken_rows()", "calling it raised RuntimeError"),
+                         ("results=rows()", "is not an attribute name")):
+        code, _, err = _fuzz(capsys, "--impl", f"{module}:SqliteNamed", "--tables", tables)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and said in err, err

@@ -90,7 +90,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--tables", metavar="ROLE=ATTR,...",
                    help="with --impl: the class's tables, e.g. probes=_states,index=_by_request,"
                    "batch=_pending,results=_done (roles not named are found by shape; none: "
-                   "no leak check; results must be a queue the oracle can count)")
+                   "no leak check; NAME() calls a method that returns the table; results "
+                   "must be a queue the oracle can count)")
     p.add_argument("--impl-arg", action="append", default=[], metavar="NAME=VALUE",
                    help="with --impl: a keyword argument of the class's constructor, after "
                    "the tier's name; VALUE is a Python literal, e.g. n_lookup_threads=1 or "

@@ -511,9 +511,11 @@ class Caller:
         return finished.wait(CALL_WAIT), out[0], out[1]
 
 def _resolve(manager: Any, path: str) -> Any:
-    for part in path.split("."):
+    """The object at ``path`` on ``manager``; ``name()`` calls a method for the table."""
+    called = path.endswith("()")
+    for part in path.removesuffix("()").split("."):
         manager = getattr(manager, part)
-    return manager
+    return manager() if called else manager
 
 
 def _sized(table: Any) -> Any:

@@ -39,6 +39,7 @@ NONE = "none"  # "this class has no such method / table"
 CLEANUP_ARGS = ("id", "context")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 _PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_CALLED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\(\)$")  # a method
 
 # Names public copies of the manager use for the protocol's calls: a class that
 # lacks a call but has one of these is told which --method would fit it.
@@ -149,8 +150,11 @@ def parse_tables(items: str | Sequence[str] | Mapping[str, str]) -> tuple[tuple[
         if role not in ROLES:
             raise ValueError(f"--tables: {role!r} is not a table (want {', '.join(ROLES)}, "
                              f"or none)")
-        if not _PATH.match(path):
-            raise ValueError(f"--tables: {path!r} is not an attribute name")
+        if not (_PATH.match(path) or (role != "results" and _CALLED.match(path))):
+            raise ValueError(
+                f"--tables: {path!r} is not an attribute name"
+                + ("" if role == "results" else " or a method call (name())")
+            )
         if seen.get(role, path) != path:
             raise ValueError(f"--tables: {role} named twice ({seen[role]}, {path})")
         seen[role] = path

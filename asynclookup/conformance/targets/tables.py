@@ -115,11 +115,14 @@ class TablesUsed:
 
 
 def resolve(manager: Any, path: str) -> Any:
-    """The object at ``path`` (``a`` or ``a.b``) on ``manager``; AttributeError if none."""
+    """The object at ``path`` (``a`` or ``a.b``) on ``manager``; AttributeError if none.
+    A path ending in ``()`` names a method of no arguments that returns the table (a
+    class whose tables are no Python collections: rows in a database, say)."""
+    called = path.endswith("()")
     found = manager
-    for part in path.split("."):
+    for part in path.removesuffix("()").split("."):
         found = getattr(found, part)
-    return found
+    return found() if called else found
 
 
 def readable(table: Any) -> Sized:
@@ -296,12 +299,15 @@ def _explore(manager: Any, shape: Shape, context: Callable[[str], Any], stub: _S
             if role != "results":
                 readable(value)
         except AttributeError:
+            name = path.removesuffix("()")
             raise ValueError(
-                f"--tables {role}={path}: {_class_name(manager)} has no attribute {path} "
+                f"--tables {role}={path}: {_class_name(manager)} has no attribute {name} "
                 f"(it has {', '.join(_tables_of(manager)) or 'no tables'})"
             ) from None
         except TypeError as exc:
             raise ValueError(f"--tables {role}={path}: {exc}") from None
+        except Exception as exc:  # a method named for a table raised
+            raise ValueError(f"--tables {role}={path}: calling it raised {_one(exc)}") from None
         if role == "results" and not is_queue(value):
             uncounted = (f"`{path}` named, a {type(value).__name__}, not a queue (put and "
                          "get_nowait) whose puts the oracle can count")
