@@ -511,7 +511,7 @@ class Caller:
         return finished.wait(CALL_WAIT), out[0], out[1]
 
 def _resolve(manager: Any, path: str) -> Any:
-    """The object at ``path`` on ``manager``; ``name()`` calls a method for the table."""
+    """The object at ``path`` on ``manager``; ``name()`` calls a method for it."""
     called = path.endswith("()")
     for part in path.removesuffix("()").split("."):
         manager = getattr(manager, part)
