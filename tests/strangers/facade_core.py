@@ -99,6 +99,7 @@ def _worker_loop(
     outbox_lock: threading.Lock,
     stop: threading.Event,
     tier: Tier,
+    answer_group: Callable[[Tier, list[bytes], Any], list[bool]] = _answer_group,
 ) -> None:
     """The worker: take one batch, probe it group by group, post it, repeat."""
     while True:
@@ -111,7 +112,7 @@ def _worker_loop(
         results: list[Result] = []
         for entries in groups.values():
             keys = [entry[0] for entry in entries]
-            verdicts = _answer_group(tier, keys, entries[0][2])
+            verdicts = answer_group(tier, keys, entries[0][2])
             results.extend(
                 (entry[0], entry[3], verdict)
                 for entry, verdict in zip(entries, verdicts, strict=True)
@@ -122,6 +123,9 @@ def _worker_loop(
 
 class _Core:
     """Every table of the manager, touched only by the scheduler thread."""
+
+    # how the worker turns one group's tier call into verdicts (a copy may swap it)
+    answer_group: Callable[[Tier, list[bytes], Any], list[bool]] = staticmethod(_answer_group)
 
     def __init__(self, tier: Tier) -> None:
         self.probes: dict[bytes, types.SimpleNamespace] = {}
@@ -136,7 +140,8 @@ class _Core:
         self.stop = threading.Event()
         self.worker = threading.Thread(
             target=_worker_loop,
-            args=(self.inbox, self.outbox, self.outbox_lock, self.stop, tier),
+            args=(self.inbox, self.outbox, self.outbox_lock, self.stop, tier,
+                  type(self).answer_group),
             name="facade-core-lookup-worker",
             daemon=True,
         )
@@ -453,53 +458,8 @@ def _answer_group_consumed_outside_try(
     return [value if isinstance(value, bool) else False for value in got]
 
 
-def _worker_loop_consumed_outside_try(
-    inbox: queue.Queue[Batch | None],
-    outbox: collections.deque[Posted],
-    outbox_lock: threading.Lock,
-    stop: threading.Event,
-    tier: Tier,
-) -> None:
-    """As ``_worker_loop``, with ``_answer_group_consumed_outside_try``."""
-    while True:
-        batch = inbox.get()
-        if batch is None or stop.is_set():
-            return
-        groups: dict[str, list[Entry]] = {}
-        for entry in batch:
-            groups.setdefault(entry[1], []).append(entry)
-        results: list[Result] = []
-        for entries in groups.values():
-            keys = [entry[0] for entry in entries]
-            verdicts = _answer_group_consumed_outside_try(tier, keys, entries[0][2])
-            results.extend(
-                (entry[0], entry[3], verdict)
-                for entry, verdict in zip(entries, verdicts, strict=True)
-            )
-        with outbox_lock:
-            outbox.append(tuple(results))
-
-
 class _CoreLazyRaiseKillsWorker(_Core):
-    def __init__(self, tier: Tier) -> None:
-        # _Core.__init__'s tables, but the worker consumes tier answers outside its try
-        self.probes = {}
-        self.index = {}
-        self.batch = []
-        self.next_generation = 0
-        self.drain_due = False
-        self.closed = False
-        self.inbox = queue.Queue()
-        self.outbox = collections.deque()
-        self.outbox_lock = threading.Lock()
-        self.stop = threading.Event()
-        self.worker = threading.Thread(
-            target=_worker_loop_consumed_outside_try,
-            args=(self.inbox, self.outbox, self.outbox_lock, self.stop, tier),
-            name="facade-core-lookup-worker",
-            daemon=True,
-        )
-        self.worker.start()
+    answer_group = staticmethod(_answer_group_consumed_outside_try)
 
 
 class FacadeLazyRaiseKillsWorker(FacadeLookupManager):
