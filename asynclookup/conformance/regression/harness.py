@@ -42,7 +42,7 @@ from asynclookup.conformance.targets.adapter import (
     deliver,
     lazy_answer,
 )
-from asynclookup.conformance.targets.tables import watch_puts
+from asynclookup.conformance.targets.tables import resolve, watch_puts
 from asynclookup.conformance.targets.threads import CountingQueue, results_in
 from asynclookup.observe.observations import Answer
 from asynclookup.spec.properties import PROPERTIES, kind_of, title_of
@@ -237,7 +237,7 @@ class Run:
         self.posted: CountingQueue | None = None
         if shape.results:
             owner, _, name = shape.results.rpartition(".")
-            holder = _resolve(self.manager, owner) if owner else self.manager
+            holder = resolve(self.manager, owner) if owner else self.manager
             counting = CountingQueue()
             if watch_puts(holder, name, counting.counted) is not None:
                 self.posted = counting
@@ -462,7 +462,7 @@ class Run:
         return dead[0] if dead and not self.stopped else ""
 
     def _full(self) -> dict[str, Any]:
-        tables = {t: _sized(_resolve(self.manager, t)) for t in self.shape.tables}
+        tables = {t: _sized(resolve(self.manager, t)) for t in self.shape.tables}
         return {t: table for t, table in tables.items() if len(table)}
 
     def _fail(self, what: str, breaks: int, cause: BaseException | None = None) -> None:
@@ -509,14 +509,6 @@ class Caller:
 
         self.jobs.put(job)
         return finished.wait(CALL_WAIT), out[0], out[1]
-
-def _resolve(manager: Any, path: str) -> Any:
-    """The object at ``path`` on ``manager``; ``name()`` calls a method for it."""
-    called = path.endswith("()")
-    for part in path.removesuffix("()").split("."):
-        manager = getattr(manager, part)
-    return manager() if called else manager
-
 
 def _sized(table: Any) -> Any:
     """A table as a sized collection (a queue.Queue as the list of its items)."""

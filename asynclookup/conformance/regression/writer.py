@@ -142,7 +142,8 @@ def harness_text() -> str:
     parts = [
         "# -- the oracle's own code, written in from asynclookup: how a plan becomes the\n"
         "# tier's answer (Answer, Plan, deliver), what counts the worker's posts\n"
-        "# (results_in, CountingQueue, watch_puts), and the properties' titles",
+        "# (results_in, CountingQueue, watch_puts), how a table is read (resolve), and\n"
+        "# the properties' titles",
         f"JUNK: tuple[object, ...] = {adapter.JUNK!r}  # a tier's non-bool values\n"
         f"SLOW_SECONDS = {adapter.SLOW_SECONDS!r}  # how long a slow answer keeps the worker\n"
         "# property number -> its title, the anchor of its section of docs/properties.md\n"
@@ -152,7 +153,7 @@ def harness_text() -> str:
         *(_fit(inspect.getsource(x).rstrip("\n")) for x in (
             observations.Answer, adapter.Plan, adapter.deliver, adapter.lazy_answer,
             threads.results_in, threads._fields, threads._holds_results,
-            threads.CountingQueue, tables.watch_puts, tables._Forwarding)),
+            threads.CountingQueue, tables.resolve, tables.watch_puts, tables._Forwarding)),
     ]
     return source[:start] + "\n\n\n".join(parts) + "\n# -- end of the oracle's code\n" + \
         source[end:]
