@@ -151,6 +151,33 @@ SORTED_LEAKY = textwrap.dedent('''
 ''')
 
 
+HISTORY = textwrap.dedent('''
+    from collections import deque
+
+    from tests.shapes.own_names import OwnNames
+
+
+    class RecentLookups(OwnNames):
+        """Also keeps the last 32 lookups, (key, request id), for debugging: bounded."""
+
+        def __init__(self, tier_type):
+            self._recent = deque(maxlen=32)
+            super().__init__(tier_type)
+
+        def lookup(self, key, req_context):
+            self._recent.append((key, req_context.req_id))
+            return super().lookup(key, req_context)
+
+
+    class EveryLookup(RecentLookups):
+        """Keeps every lookup: a list that grows with every key and request for ever."""
+
+        def __init__(self, tier_type):
+            super().__init__(tier_type)
+            self._recent = []
+''')
+
+
 def _fuzz(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str]:
     code = main(["fuzz", *argv])
     captured = capsys.readouterr()
@@ -294,6 +321,21 @@ def test_a_guessed_table_is_held_only_while_it_names_a_key_or_request(outside: P
     error = _kill(f"{module}:SlottedKeepsKeys")
     assert error is not None and error.violation.number == 5, str(error)
     assert "_slot_keys=" in error.violation.detail
+
+
+def test_a_history_bounded_by_maxlen_is_no_table(outside: Path) -> None:
+    """A deque with a maxlen that keeps the last lookups (keys and request ids) is not
+    taken for a table by its shape: it cannot grow without bound, so it is no leak, and a
+    correct class keeping one passes.  The same history kept in a plain list, which
+    grows for ever, is still found and reported, naming it."""
+    module = write_module(outside, "user_history", HISTORY)
+    used = tables_used(f"{module}:RecentLookups")
+    assert [t.path for t in used.tables] == ["_states", "_by_request", "_pending"]
+    assert first_violation(f"{module}:RecentLookups", seed=0, examples=EXAMPLES) is None
+    assert "_recent" in [t.path for t in tables_used(f"{module}:EveryLookup").tables]
+    error = _kill(f"{module}:EveryLookup")
+    assert error is not None and error.violation.number in (4, 5), str(error)
+    assert "_recent=" in error.violation.detail
 
 
 def test_sharded_tables_are_found_with_their_roles(outside: Path) -> None:

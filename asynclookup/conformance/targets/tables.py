@@ -40,6 +40,7 @@ it mentions a key or a request of the run (``mentions_any``).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import inspect
 import queue
@@ -372,7 +373,7 @@ def _by_shape(manager: Any, said: set[str]) -> list[Table]:
     out: list[Table] = []
     seen: set[int] = set()
     for path, value in _attributes(manager):
-        if id(value) in seen or not _collection(value):
+        if id(value) in seen or not _collection(value) or _bounded(value):
             continue
         role = _role(value)
         if role is None or role in said:
@@ -380,6 +381,13 @@ def _by_shape(manager: Any, said: set[str]) -> list[Table]:
         seen.add(id(value))
         out.append(Table(role, path, named=False))
     return out
+
+
+def _bounded(value: object) -> bool:
+    """A deque bounded by its ``maxlen``: it cannot grow without bound, so it is no leak
+    even if it keeps keys and requests (a history of the last calls, kept for debugging),
+    and the protocol's tables are never bounded so."""
+    return isinstance(value, collections.deque) and value.maxlen is not None
 
 
 def _role(value: Any) -> str | None:
