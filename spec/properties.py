@@ -291,8 +291,9 @@ class Property:
 
     @property
     def kind(self) -> str:
-        """``safety``, or ``efficiency`` for property 8 (reported apart)."""
-        return "efficiency" if self.number == 8 else "safety"
+        """``safety``; ``progress`` for property 6 (a verdict owed that never came: an
+        "eventually", not an "always"); ``efficiency`` for property 8 (reported apart)."""
+        return {6: "progress", 8: "efficiency"}.get(self.number, "safety")
 
     @property
     def heading(self) -> str:
@@ -387,7 +388,8 @@ def title_of(number: int | None) -> str:
 
 
 def kind_of(number: int | None) -> str:
-    """``safety``, ``efficiency`` (property 8), ``usage`` (None) or ``crash`` (0)."""
+    """``safety``, ``progress`` (property 6), ``efficiency`` (property 8), ``usage`` (None)
+    or ``crash`` (0)."""
     if number is None:
         return "usage"
     if number == CRASH:
@@ -424,7 +426,8 @@ class Finding:
 
     @property
     def kind(self) -> str:
-        """``safety``, ``efficiency`` (property 8), ``usage`` or ``crash``."""
+        """``safety``, ``progress`` (property 6), ``efficiency`` (property 8), ``usage`` or
+        ``crash``."""
         return kind_of(self.number)
 
     @property

@@ -68,3 +68,11 @@ def test_a_usage_error_has_a_null_property(
     violation = _violation(capsys, "check-trace", str(path), "--json")
     assert violation["property"] is None and violation["kind"] == "usage"
     assert violation["title"] == "usage error (a call after shutdown)"
+
+
+def test_property_6_is_a_progress_finding(capsys: pytest.CaptureFixture[str]) -> None:
+    """A verdict owed that never came is kind ``progress``, not ``safety``: the one
+    property judged after a bounded "eventually" (docs/json.md)."""
+    violation = _violation(capsys, "model-check", "--keys", "1", "--requests", "1",
+                           "--variant", "worker-never-posts", "--json")
+    assert (violation["property"], violation["kind"]) == (6, "progress"), violation
