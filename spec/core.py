@@ -395,20 +395,36 @@ def probe_group(state: State, action: ProbeGroup) -> tuple[State, TierCall]:
 
 
 def post_enabled(state: State, action: Post) -> bool:
-    return bool(state.answered)
+    if action.count is None:
+        return bool(state.answered)
+    return 0 < action.count <= len(state.answered)
 
 
 def post(state: State, action: Post) -> tuple[State, None]:
-    """Post the answered results to the scheduler, in the order answered.
+    """Post the answered results to the scheduler, in the order answered: all of them,
+    or the first ``action.count``.
 
     pre: well_formed(state)
     pre: post_enabled(state, action)
     post: well_formed(__return__[0])
     post: changes_only(state, __return__[0], "answered", "posted")
-    post: __return__[0].answered == ()
-    post: __return__[0].posted == state.posted + state.answered
+    post: __return__[0].posted + __return__[0].answered == state.posted + state.answered
+    post: len(__return__[0].posted) > len(state.posted)
+    post: action.count is not None or __return__[0].answered == ()
     """
-    return state._replace(answered=(), posted=state.posted + state.answered), None
+    n = len(state.answered) if action.count is None else action.count
+    return state._replace(
+        answered=state.answered[n:], posted=state.posted + state.answered[:n]
+    ), None
+
+
+def posts(state: State) -> tuple[Post, ...]:
+    """The posts a hidden worker may make in ``state``: everything answered, or the
+    first ``n`` results for each shorter ``n`` (a worker that posts them one by one).
+    The checkers close their sets of possible states under these, in this order."""
+    if not state.answered:
+        return ()
+    return (Post(), *(Post(n) for n in range(1, len(state.answered))))
 
 
 # -- dispatch ------------------------------------------------------------------

@@ -168,9 +168,18 @@ class ProbeGroup:
     answers: tuple[bool, ...] | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Post:
-    """Worker: post the answered results to the scheduler."""
+    """Worker: post the answered results to the scheduler: all of them, or the first
+    ``count`` (a worker may post a tier call's results one by one: the protocol does
+    not say a group's results are posted together; see docs/protocol.md, "What the
+    spec decides where the protocol leaves room", point 9).  The spec's own runs
+    (the model checker's, the reference's) post all at once."""
+
+    count: int | None = None
+
+    def __repr__(self) -> str:
+        return "Post()" if self.count is None else f"Post({self.count})"
 
 
 Action: TypeAlias = (

@@ -35,6 +35,7 @@ _SHAPED: tuple[tuple[str, dict[str, Any]], ...] = (
     ("no_cleanup:NoCleanup", {"methods": "cleanup=none"}),
     ("sized:SizedPool", {"args": {"n_lookup_threads": 1}}),
     ("drained:NeedsDrain", {"drain_before_lookup": True}),
+    ("per_result:OnePerPost", {}),
     ("all_renamed:AllRenamed", {"methods": EVERY_NAME}),
 )
 

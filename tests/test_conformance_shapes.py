@@ -60,6 +60,9 @@ SHAPES: dict[str, tuple[str, str, dict[str, Any], set[int]]] = {
     # the scheduler drains before each lookup; the twin applies results by key (2)
     "drained": ("drained:NeedsDrain", "drained:NeedsDrainAppliesByKey",
                 {"drain_before_lookup": True}, {2}),
+    # each result of a call posted on its own, 2 ms apart; the twin never posts a call's
+    # last result: a verdict that never comes (6)
+    "per-result": ("per_result:OnePerPost", "per_result:OnePerPostDropsLast", {}, {6}),
 }
 
 

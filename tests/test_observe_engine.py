@@ -34,6 +34,7 @@ from asynclookup.observe.engine import (
     verdict_candidates,
 )
 from asynclookup.observe.interface import OracleLimitError, Violation
+from asynclookup.spec import core
 
 K0, K1 = b"k0", b"k1"
 TRUE, FALSE = Answer((True,)), Answer((False,))
@@ -539,3 +540,22 @@ def test_waste_or_a_late_post_waits_and_the_key_probed_again_is_property_8() -> 
     assert checker.observe(TierCallSeen((K0,), "B", FALSE)) is None  # a second probe of k0
     assert [w.number for w in checker.warnings] == [8]
     assert checker.warnings[0].observation == LookupSeen(K0, "A", None)  # where it showed
+
+
+def test_a_hidden_worker_may_post_a_calls_results_one_by_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A drain between two posts of one tier call's results applies the first alone, so
+    the first key's verdict shows while the second is still None (docs/protocol.md,
+    "What the spec decides where the protocol leaves room", point 9).  With a post of
+    everything answered as the only hidden post, that None was property 6: a verdict
+    never delivered, though it was only not posted yet."""
+    seen: list[Observation] = [
+        LookupSeen(K0, "A", None), LookupSeen(K1, "A", None), FlushSeen(),
+        TierCallSeen((K0, K1), "A", Answer((False, True))), DrainSeen(),
+        LookupSeen(K0, "A", False), LookupSeen(K1, "A", None),
+        DrainSeen(), LookupSeen(K1, "A", True),
+    ]
+    feed(seen, threaded=True)
+    monkeypatch.setattr(core, "posts", lambda state: (core.Post(),) if state.answered else ())
+    assert first_violation(seen, threaded=True).number == 6

@@ -35,6 +35,7 @@ from asynclookup.spec.core import (
     State,
     TakeBatch,
     TierCall,
+    posts,
     step,
 )
 from asynclookup.spec.properties import phases_match_pipeline_inv
@@ -543,6 +544,24 @@ def test_post_posts_the_answered_results() -> None:
 def test_post_needs_answered_results() -> None:
     """post is disabled when nothing is answered."""
     assert_disabled(run(Lookup(K, A), Flush(), TakeBatch()), Post())
+
+
+def test_post_may_post_the_first_results_answered() -> None:
+    """(h) A worker may post what it answered in parts: Post(n) moves the first n
+    answered results, in order, and leaves the rest answered; the next batch is taken
+    only once every result is posted."""
+    answered = run(Lookup(K, A), Lookup(J, A), Lookup(L, B), Flush(), TakeBatch(),
+                   ProbeGroup((True, False)))
+    state, output = step(answered, Post(1))
+    assert output is None
+    assert state == answered._replace(
+        answered=(Result(J, 1, False),), posted=(Result(K, 0, True),)
+    )
+    assert step(state, Post(1))[0] == step(answered, Post())[0]
+    assert_disabled(answered, Post(0))
+    assert_disabled(answered, Post(3))
+    assert posts(answered) == (Post(), Post(1))
+    assert posts(run(Lookup(K, A), Flush(), TakeBatch())) == ()
 
 
 def test_every_action_kind_is_covered() -> None:

@@ -262,3 +262,40 @@ def test_excerpt_too_long_to_minimise_shows_its_tail(tmp_path: Path) -> None:
     excerpt = rep["violation"]["excerpt"]  # type: ignore[index]
     assert not excerpt["complete"] and excerpt["first_line"] == 2
     assert len(excerpt["lines"]) == 20 and excerpt["lines"][-1]["line"] == excerpt["last_line"]
+
+
+def _posted_one_by_one() -> Writer:
+    """A hidden worker that posted the first result of a call, then (after a drain) the
+    second: k0's verdict shows while k1's is still None."""
+    return (
+        Writer().lookup("6b30", "A", None).lookup("6b31", "A", None).add("flush")
+        .call(["6b30", "6b31"], "A", [False, True]).add("drain")
+        .lookup("6b30", "A", False).lookup("6b31", "A", None).add("drain")
+        .lookup("6b31", "A", True).add("cleanup", request="A")
+    )
+
+
+def test_a_worker_that_posts_a_calls_results_one_by_one_conforms(tmp_path: Path) -> None:
+    """A trace whose tier call's results show one at a time conforms: the first pass,
+    which holds a call's results posted together, finds a violation, and the check
+    again from the start with posts in parts is the one reported (docs/trace-format.md,
+    "Posts in parts"); a pipe, read once, is checked with parts from the start."""
+    data = _posted_one_by_one().data()
+    held_together = check_lines(io.BytesIO(data), posts_in_parts=False)
+    assert held_together.result == "violation" and held_together.found is not None
+    assert held_together.found.number == 6
+    assert check_lines(io.BytesIO(data)).result == "conforming"
+    assert check_lines(iter(data.splitlines(keepends=True))).result == "conforming"
+    code, shown = report(_posted_one_by_one().save(tmp_path / "parts.jsonl"), jobs=2)
+    assert code == 0 and shown["result"] == "conforming", shown
+
+
+def test_a_violation_is_found_again_with_posts_in_parts() -> None:
+    """A verdict no post explains is reported from the second pass alike."""
+    data = (
+        Writer().lookup("6b30", "A", None).add("flush").call(["6b30"], "A", [False])
+        .add("drain").lookup("6b30", "A", True).data()
+    )
+    outcome = check_lines(io.BytesIO(data))
+    assert outcome.result == "violation" and outcome.found is not None
+    assert outcome.found.number == 2

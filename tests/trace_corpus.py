@@ -11,7 +11,7 @@ from pathlib import Path
 from asynclookup.reference.manager import AsyncLookupManager
 from asynclookup.reference.tier import InMemoryTier, RequestContext
 from asynclookup.reference.trace import TraceWriter
-from asynclookup.trace.check import Outcome, TraceChecker, check_lines
+from asynclookup.trace.check import Outcome, TraceChecker, check_lines, judged_by_parts
 from asynclookup.trace.format import Header, TraceFormatError
 from asynclookup.trace.reader import read_trace
 
@@ -107,14 +107,23 @@ def summary(outcome: Outcome) -> tuple[object, ...]:
 
 def general_summary(path: Path) -> tuple[object, ...]:
     """``summary`` of a check that feeds every event through ``TraceChecker.feed`` (no inline
-    path): the events one by one from ``read_trace``."""
+    path): the events one by one from ``read_trace``; first holding each tier call's
+    results posted together, then, where that finds something, with posts in parts
+    (as ``check_lines`` does)."""
+    outcome = _fed(path, posts_in_parts=False)
+    if judged_by_parts(outcome):
+        outcome = _fed(path, posts_in_parts=True)
+    return summary(outcome)
+
+
+def _fed(path: Path, *, posts_in_parts: bool) -> Outcome:
     outcome = Outcome("conforming")
     checker = None
     with path.open("rb") as f:
         try:
             for item in read_trace(f):
                 if isinstance(item, Header):
-                    checker = TraceChecker(item)
+                    checker = TraceChecker(item, posts_in_parts=posts_in_parts)
                     outcome.header = item
                     continue
                 assert checker is not None
@@ -130,4 +139,4 @@ def general_summary(path: Path) -> tuple[object, ...]:
         outcome.unfinished = len(checker.open_lookups) + len(checker.open_calls)
         if checker.found is not None and outcome.error is None:
             outcome.result, outcome.found = "violation", checker.found
-    return summary(outcome)
+    return outcome

@@ -41,10 +41,11 @@ class Apart(StateSet):
 
     def __init__(
         self, *, hidden_worker: bool, max_states: int = ORACLE_BOUNDS.states,
-        tagged_kept: int = ORACLE_BOUNDS.tagged,
+        tagged_kept: int = ORACLE_BOUNDS.tagged, posts_in_parts: bool = True,
     ) -> None:
         super().__init__(
-            hidden_worker=hidden_worker, max_states=max_states, tagged_kept=tagged_kept
+            hidden_worker=hidden_worker, max_states=max_states, tagged_kept=tagged_kept,
+            posts_in_parts=posts_in_parts,
         )
         # the set (this very list) that a lookup's early drain cannot change: see
         # ``_lookup_apart``

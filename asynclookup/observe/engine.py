@@ -136,9 +136,13 @@ class Checker(Notes):
         max_states: int = ORACLE_BOUNDS.states,
         tagged_kept: int = ORACLE_BOUNDS.tagged,
         table: Mapping[type, Transition] = core.TRANSITIONS,
+        posts_in_parts: bool = True,
     ) -> None:
         super().__init__()
         self.hidden_worker = hidden_worker
+        # a hidden worker may post a tier call's results in parts (``core.posts``); the
+        # trace checker's first pass holds them posted whole (see ``check_lines``)
+        self.posts_in_parts = posts_in_parts
         self.max_states = max_states
         self.tagged_kept = tagged_kept
         self.table = table
@@ -512,19 +516,25 @@ class Checker(Notes):
     def _close(
         self, states: Mapping[State, bool], hidden: tuple[core.Action, ...]
     ) -> dict[State, bool]:
-        """``states`` plus everything reachable from them by ``hidden`` actions."""
+        """``states`` plus everything reachable from them by ``hidden`` actions (a
+        ``Post()`` among them stands for every post the state allows, ``core.posts``,
+        when ``posts_in_parts``: a hidden worker may post what it answered in parts)."""
         out = dict(states)
         frontier = list(states.items())
         while frontier:
             state, tagged = frontier.pop()
-            for action in hidden:
-                transition = self.table[type(action)]
-                if not transition.enabled(state, action):
-                    continue
-                nxt = transition.apply(state, action)[0]
-                if nxt not in out or (out[nxt] and not tagged):
-                    out[nxt] = tagged
-                    frontier.append((nxt, tagged))
+            for hidden_action in hidden:
+                actions: tuple[core.Action, ...] = (hidden_action,)
+                if isinstance(hidden_action, core.Post) and self.posts_in_parts:
+                    actions = core.posts(state)
+                for action in actions:
+                    transition = self.table[type(action)]
+                    if not transition.enabled(state, action):
+                        continue
+                    nxt = transition.apply(state, action)[0]
+                    if nxt not in out or (out[nxt] and not tagged):
+                        out[nxt] = tagged
+                        frontier.append((nxt, tagged))
         return out
 
     def _lookups(self, state: State, obs: LookupSeen) -> Iterable[State]:

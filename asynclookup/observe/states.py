@@ -55,10 +55,11 @@ class StateSet(Notes):
 
     def __init__(
         self, *, hidden_worker: bool, max_states: int = ORACLE_BOUNDS.states,
-        tagged_kept: int = ORACLE_BOUNDS.tagged,
+        tagged_kept: int = ORACLE_BOUNDS.tagged, posts_in_parts: bool = True,
     ) -> None:
         super().__init__()
         self.hidden_worker = hidden_worker
+        self.posts_in_parts = posts_in_parts
         self.max_states = max_states
         self.tagged_kept = tagged_kept
         self.base: dict[bytes, P] = {}
@@ -348,10 +349,7 @@ class StateSet(Notes):
         frontier = list(pairs)
         while frontier:
             h, tag = frontier.pop()
-            for step in (take_step, post_step):
-                nxt = step(h)
-                if nxt is None:
-                    continue
+            for nxt in _hidden_steps(h, self.posts_in_parts):
                 ident = identity(nxt)
                 i = ids.get(ident)
                 if i is None:
@@ -406,7 +404,7 @@ def seeded_engine(fast: StateSet) -> oracle.Checker:
     """An old engine holding exactly ``fast``'s possible states (in order, tagged) and notes."""
     old = oracle.Checker(
         hidden_worker=fast.hidden_worker, max_states=fast.max_states,
-        tagged_kept=fast.tagged_kept,
+        tagged_kept=fast.tagged_kept, posts_in_parts=fast.posts_in_parts,
     )
     old.resume(fast.tagged_states(), fast, stopped=fast.stopped)
     return old
@@ -465,3 +463,21 @@ def post_step(h: H) -> H | None:
     if not h[5]:
         return None
     return (h[0], h[1], h[2], h[3], h[4], (), h[6] + h[5], h[7])
+
+
+def _hidden_steps(h: H, in_parts: bool) -> list[H]:
+    """The states one hidden worker step leads to from ``h``, in the engine's order
+    (``Checker._close``): take the next batch, post everything answered, and when
+    ``in_parts``, post the first n answered results for each shorter n
+    (``asynclookup.spec.core.posts``)."""
+    out = []
+    taken = take_step(h)
+    if taken is not None:
+        out.append(taken)
+    answered = h[5]
+    if answered:
+        out.append((h[0], h[1], h[2], h[3], h[4], (), h[6] + answered, h[7]))
+        for n in range(1, len(answered) if in_parts else 0):
+            out.append((h[0], h[1], h[2], h[3], h[4], answered[n:], h[6] + answered[:n],
+                        h[7]))
+    return out

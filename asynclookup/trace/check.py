@@ -95,10 +95,12 @@ class TraceChecker:
     def __init__(
         self, header: Header, *, efficiency: Efficiency = "fail",
         max_states: int = TRACE_BOUNDS.states, engine: EngineName = "fast",
+        posts_in_parts: bool = True,
     ) -> None:
         self.header = header
         self.efficiency = efficiency
         self._limits = (max_states, engine)
+        self.posts_in_parts = posts_in_parts  # see ``check_lines``
         self.fast: FastChecker | None = None
         self.engine: Engine = self._new_engine()
         self.open_lookups: dict[str, TraceEvent] = {}  # thread -> its lookup_called
@@ -134,10 +136,13 @@ class TraceChecker:
         max_states, engine = self._limits
         hidden = not self.header.worker_steps
         tagged = TRACE_BOUNDS.tagged
+        parts = self.posts_in_parts
         if engine == "fast":
-            self.fast = FastChecker(hidden_worker=hidden, max_states=max_states, tagged_kept=tagged)
+            self.fast = FastChecker(hidden_worker=hidden, max_states=max_states,
+                                    tagged_kept=tagged, posts_in_parts=parts)
             return self.fast
-        return Checker(hidden_worker=hidden, max_states=max_states, tagged_kept=tagged)
+        return Checker(hidden_worker=hidden, max_states=max_states, tagged_kept=tagged,
+                       posts_in_parts=parts)
 
     def feed(self, event: TraceEvent) -> Found | None:
         """Take one event; return the first blocking violation (then the checker is done).
@@ -454,7 +459,7 @@ class Outcome:
 def check_lines(
     lines: Iterable[bytes], *, efficiency: Efficiency = "fail", engine: EngineName = "fast",
     progress: Callable[[int], None] | None = None, parser: str = "json",
-    stops: Container[int] = (),
+    stops: Container[int] = (), posts_in_parts: bool | None = None,
 ) -> Outcome:
     """Check a trace given as raw lines; never raises for bad input (it is ``malformed``).
 
@@ -462,33 +467,77 @@ def check_lines(
     ``asynclookup.trace.hot.PROGRESS_EVERY`` events.  ``parser``: the JSON parser
     that decodes the lines (``asynclookup.trace.reader.PARSERS``; the judgement is the
     same with each).  ``stops``: as for ``check_items``.
+
+    ``posts_in_parts``: whether a hidden worker may post a tier call's results in
+    parts (``asynclookup.spec.core.posts``; docs/protocol.md, "What the spec decides
+    where the protocol leaves room", point 9).  The judgement always allows it, but
+    that keeps several times more possible states, so by default (None) a file that
+    can be read again is first checked holding each call's results posted together:
+    a trace that passes so passes with parts too (those states are a subset), and
+    anything else (a violation, a warning, a bound reached) is checked again from
+    the start with parts, whose outcome is the one given.
     """
+    if posts_in_parts is None:
+        again = _rewindable(lines)
+        outcome = check_lines(lines, efficiency=efficiency, engine=engine, progress=progress,
+                              parser=parser, stops=stops, posts_in_parts=not again)
+        if not again or not judged_by_parts(outcome):
+            return outcome
+        lines.seek(0)  # type: ignore[attr-defined]
+        first = outcome.seconds
+        outcome = check_lines(lines, efficiency=efficiency, engine=engine, progress=progress,
+                              parser=parser, stops=stops, posts_in_parts=True)
+        outcome.seconds += first
+        return outcome
     started = time.perf_counter()
     try:
         blocks = Blocks(lines, parser=parser)
     except TraceFormatError as exc:
         return Outcome("malformed", error=exc, seconds=time.perf_counter() - started)
     return check_items(
-        blocks, efficiency=efficiency, engine=engine, progress=progress, stops=stops
+        blocks, efficiency=efficiency, engine=engine, progress=progress, stops=stops,
+        posts_in_parts=posts_in_parts,
     )
+
+
+def _rewindable(lines: Iterable[bytes]) -> bool:
+    """Whether ``lines`` is a file that can be read again from its start."""
+    seekable = getattr(lines, "seekable", None)
+    try:
+        return callable(seekable) and bool(seekable()) and lines.tell() == 0  # type: ignore[attr-defined]
+    except (OSError, ValueError):
+        return False
+
+
+def judged_by_parts(outcome: Outcome) -> bool:
+    """Whether a check that held each tier call's results posted together may be judged
+    otherwise when the worker may post them in parts: only with hidden worker steps,
+    and only when it found something (a violation, a warning, or its bound reached)."""
+    if outcome.header is None or outcome.header.worker_steps:
+        return False
+    if outcome.result == "malformed":
+        return isinstance(outcome.error, CheckLimitError)
+    return outcome.result == "violation" or bool(outcome.warnings)
 
 
 def check_items(
     blocks: Blocks, *, header: Header | None = None, efficiency: Efficiency = "fail",
     engine: EngineName = "fast", progress: Callable[[int], None] | None = None,
-    stops: Container[int] = (),
+    stops: Container[int] = (), posts_in_parts: bool = True,
 ) -> Outcome:
     """Check a trace read by ``blocks`` (``header``: when ``blocks`` resumes a file's tail).
 
     ``stops``: lines after which the check ends if it restarted there (a quiescent
     point: what follows is judged alike by a fresh check); ``Outcome.stopped_at``
-    says where it ended so.
+    says where it ended so.  ``posts_in_parts``: as for ``check_lines`` (here it is
+    never checked twice).
     """
     started = time.perf_counter()
     header = header or blocks.header
     assert header is not None, "a file's tail needs the file's header"
     outcome = Outcome("conforming", header=header)
-    checker = TraceChecker(header, efficiency=efficiency, engine=engine)
+    checker = TraceChecker(header, efficiency=efficiency, engine=engine,
+                           posts_in_parts=posts_in_parts)
     try:
         outcome.stopped_at = feed_blocks(checker, blocks, stops=stops, progress=progress)
     except TraceFormatError as exc:

@@ -41,7 +41,14 @@ from pathlib import Path
 from typing import Any
 
 from asynclookup.spec.errors import AsyncLookupError
-from asynclookup.trace.check import Efficiency, Found, Outcome, check_items, check_lines
+from asynclookup.trace.check import (
+    Efficiency,
+    Found,
+    Outcome,
+    check_items,
+    check_lines,
+    judged_by_parts,
+)
 from asynclookup.trace.format import (
     Header,
     TraceFormatError,
@@ -117,10 +124,12 @@ def plan(path: Path, jobs: int) -> list[Cut]:
 
 def check_part(
     path: Path, jobs: int, index: int, efficiency: Efficiency = "fail",
-    cuts: list[Cut] | None = None, parser: str = "json",
+    cuts: list[Cut] | None = None, parser: str = "json", posts_in_parts: bool = True,
 ) -> dict[str, Any]:
     """Check chunk ``index`` of ``plan(path, jobs)`` (``cuts``: that plan, when known;
-    ``parser``: as for ``check_lines``); its result as JSON-ready data."""
+    ``parser``, ``posts_in_parts``: as for ``check_lines``; ``parallel`` checks again
+    in one pass what a chunk checked with posts together finds); its result as
+    JSON-ready data."""
     started = time.process_time()
     if cuts is None:
         cuts = plan(path, jobs)
@@ -129,7 +138,8 @@ def check_part(
     stops = {c.line: i + 1 for i, c in enumerate(cuts) if i + 1 > index}
     with path.open("rb") as f:
         if index == 0:
-            outcome = check_lines(f, efficiency=efficiency, stops=stops, parser=parser)
+            outcome = check_lines(f, efficiency=efficiency, stops=stops, parser=parser,
+                                  posts_in_parts=posts_in_parts)
         else:
             try:
                 header = read_header(f.readline())
@@ -140,7 +150,7 @@ def check_part(
                 f.seek(cut.offset)
                 outcome = check_items(
                     Blocks(f, resume=(cut.line, cut.seq), parser=parser), header=header,
-                    efficiency=efficiency, stops=stops,
+                    efficiency=efficiency, stops=stops, posts_in_parts=posts_in_parts,
                 )
     return _part(path, jobs, index, cuts, outcome, started, stops=stops)
 
@@ -264,7 +274,8 @@ def _unfound(data: dict[str, Any]) -> Found:
 # -- in a process pool --------------------------------------------------------------------
 
 
-def _run_part(args: tuple[Path, int, int, Efficiency, list[Cut], str]) -> dict[str, Any]:
+def _run_part(args: tuple[Path, int, int, Efficiency, list[Cut], str, bool]
+              ) -> dict[str, Any]:
     return check_part(*args)
 
 
@@ -272,27 +283,39 @@ def parallel(
     path: Path, jobs: int, efficiency: Efficiency = "fail", parser: str = "json",
 ) -> tuple[Outcome, int]:
     """Check ``path`` in up to ``jobs`` processes (this one takes chunk 0); (the one-pass
-    outcome, chunks used).
+    outcome, chunks used).  The chunks hold each tier call's results posted together
+    first, and are checked again with posts in parts when that finds something (as
+    ``check_lines`` does).
 
     Peak memory: the largest of this process and its workers (``Outcome`` has
     no field for it; see ``peak_rss_kib``).
     """
     started = time.perf_counter()
     cuts = plan(path, jobs)
-    chunks = len(cuts) + 1
-    if chunks == 1:
+    if not cuts:
         with path.open("rb") as f:
             outcome = check_lines(f, efficiency=efficiency, parser=parser)
         return outcome, 1
-    with ProcessPoolExecutor(max_workers=chunks - 1) as pool:  # chunk 0 runs here
-        later = pool.map(
-            _run_part, [(path, jobs, i, efficiency, cuts, parser) for i in range(1, chunks)]
-        )
-        parts = [check_part(path, jobs, 0, efficiency, cuts, parser), *later]
-    outcome = merge(path, parts)
+    outcome = _in_chunks(path, jobs, efficiency, parser, cuts, posts_in_parts=False)
+    if judged_by_parts(outcome):
+        outcome = _in_chunks(path, jobs, efficiency, parser, cuts, posts_in_parts=True)
     outcome.seconds = time.perf_counter() - started
+    return outcome, len(cuts) + 1
+
+
+def _in_chunks(
+    path: Path, jobs: int, efficiency: Efficiency, parser: str, cuts: list[Cut], *,
+    posts_in_parts: bool,
+) -> Outcome:
+    chunks = len(cuts) + 1
+    with ProcessPoolExecutor(max_workers=chunks - 1) as pool:  # chunk 0 runs here
+        later = pool.map(_run_part, [
+            (path, jobs, i, efficiency, cuts, parser, posts_in_parts) for i in range(1, chunks)
+        ])
+        parts = [check_part(path, jobs, 0, efficiency, cuts, parser, posts_in_parts), *later]
+    outcome = merge(path, parts)
     outcome.chunk_cpu = [part.get("cpu_seconds", 0.0) for part in parts]
-    return outcome, chunks
+    return outcome
 
 
 def peak_rss_kib() -> int:
