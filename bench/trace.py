@@ -19,7 +19,10 @@ Subcommands (``all`` runs generate, ratio, engines, jobs and overhead in order):
 - ``ratio``: for each trace, in child processes, alternating ``--runs`` times:
   a bare pass of ``json.loads`` on each line (the floor of issue 23) and the
   check with each parser (``--parsers json,orjson,msgspec``): median lines/s and
-  events/s of CPU time, the ratio of each check to the bare pass, peak RSS.
+  events/s of CPU time, the ratio of each check to the bare pass, peak RSS;
+  ``--no-engine`` adds the check with the last parser and the fast engine's
+  steps replaced by ones that do nothing (reading and dispatch alone: a ratio
+  no engine can pass with that parser).
 - ``jobs``: one pass and ``asynclookup.trace.split.parallel`` with 2 processes
   (what ``check-trace --jobs 2`` runs), in child processes, alternating
   ``--runs`` times: median wall time, and the CPU time of the longest chunk
@@ -318,6 +321,15 @@ import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 from asynclookup.trace.check import check_lines
 what, path = sys.argv[2], sys.argv[3]
+if what.startswith("noengine:"):  # the fast engine's steps do nothing: reading and dispatch alone
+    from asynclookup.observe.fast import FastChecker
+    live = {"": set()}  # a request always live, as in the trace: no quiescent point, no restart
+    def nothing(self, *args, **kwargs):
+        self.index = live
+    for step in ("lookup", "flush", "drain", "cleanup", "take_batch", "post", "answered",
+                 "tier_call", "mark_miss", "mark_present", "tables"):
+        setattr(FastChecker, step, nothing)
+    what = what[len("noengine:"):]
 with open(path, "rb") as f:
     started = time.process_time()
     if what == "loads":
@@ -335,13 +347,19 @@ print(json.dumps({"events": events, "cpu": cpu, "result": result,
 """
 
 
-def ratio(paths: list[Path], runs: int, parsers: tuple[str, ...]) -> list[str]:
+def ratio(
+    paths: list[Path], runs: int, parsers: tuple[str, ...], no_engine: bool = False
+) -> list[str]:
     """For each trace, in child processes, alternating ``runs`` times: a bare pass of
     ``json.loads`` on each line and the check with each parser.  Median lines/s and
-    events/s (CPU time), the ratio of each check's median to the bare pass's, peak RSS."""
+    events/s (CPU time), the ratio of each check's median to the bare pass's, peak RSS.
+    ``no_engine``: also the check with the last parser and the fast engine's steps replaced by
+    ones that do nothing (the reading, the inline loop and the dispatch alone: the ratio
+    no engine can pass on that file with that parser)."""
     rows = []
     for path in paths:
-        got: dict[str, list[dict[str, Any]]] = {w: [] for w in ("loads", *parsers)}
+        extra = (f"noengine:{parsers[-1]}",) if no_engine else ()
+        got: dict[str, list[dict[str, Any]]] = {w: [] for w in ("loads", *parsers, *extra)}
         for _ in range(runs):
             for what in got:
                 done = subprocess.run(
@@ -355,6 +373,8 @@ def ratio(paths: list[Path], runs: int, parsers: tuple[str, ...]) -> list[str]:
             peak = max(s["rss_kib"] for s in got[parser]) / 1024
             cells += [f"{rate[parser]:,.0f}", f"**{rate[parser] / rate['loads']:.2f}**",
                       f"{peak:.1f}"]
+        for what in extra:
+            cells += [f"{rate[what]:,.0f}", f"{rate[what] / rate['loads']:.2f}"]
         results = "/".join(sorted({s["result"] for p in parsers for s in got[p]}))
         rows.append(f"| {path.name} | {got['loads'][0]['events']:,} | {' | '.join(cells)} | "
                     f"{results} |")
@@ -362,12 +382,14 @@ def ratio(paths: list[Path], runs: int, parsers: tuple[str, ...]) -> list[str]:
     return rows
 
 
-def ratio_head(parsers: tuple[str, ...]) -> str:
+def ratio_head(parsers: tuple[str, ...], no_engine: bool = False) -> str:
     cells = "".join(
         f" check, {p} (events/s) | ratio | peak RSS {p} (MiB) |" for p in parsers
     )
-    return (f"| trace | events | json.loads per line (lines/s) |{cells} result |\n"
-            f"|---|---:|---:|{'---:|---:|---:|' * len(parsers)}---|")
+    more = f" no engine steps, {parsers[-1]} (events/s) | ratio |" if no_engine else ""
+    aligned = "---:|---:|---:|" * len(parsers) + ("---:|---:|" if no_engine else "")
+    return (f"| trace | events | json.loads per line (lines/s) |{cells}{more} result |\n"
+            f"|---|---:|---:|{aligned}---|")
 
 
 def _per_call_ns(call: Any, n: int, runs: int) -> float:
@@ -469,6 +491,8 @@ def main() -> None:
     r.add_argument("--runs", type=int, default=5)
     r.add_argument("--parsers", default="json,orjson,msgspec",
                    help="comma-separated parsers to check with (default: all three)")
+    r.add_argument("--no-engine", action="store_true",
+                   help="also the check with the engine's steps doing nothing (last parser)")
     j = sub.add_parser("jobs", help="one pass and 2 processes: wall and CPU time")
     j.add_argument("file", type=Path)
     j.add_argument("--runs", type=int, default=3)
@@ -495,8 +519,8 @@ def main() -> None:
         engines(args.files, args.runs)
     elif args.command == "ratio":
         parsers = tuple(args.parsers.split(","))
-        print(ratio_head(parsers))
-        ratio(args.files, args.runs, parsers)
+        print(ratio_head(parsers, args.no_engine))
+        ratio(args.files, args.runs, parsers, args.no_engine)
     elif args.command == "jobs":
         print(JOBS_HEAD)
         jobs(args.file, args.runs)
