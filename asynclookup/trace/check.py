@@ -35,6 +35,7 @@ This module judges; it prints nothing (``asynclookup.trace.cli`` does).
 
 from __future__ import annotations
 
+import io
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Container, Iterable
@@ -478,12 +479,13 @@ def check_lines(
     the start with parts, whose outcome is the one given.
     """
     if posts_in_parts is None:
-        again = _rewindable(lines)
+        again = isinstance(lines, io.IOBase) and _at_start(lines)
         outcome = check_lines(lines, efficiency=efficiency, engine=engine, progress=progress,
                               parser=parser, stops=stops, posts_in_parts=not again)
         if not again or not judged_by_parts(outcome):
             return outcome
-        lines.seek(0)  # type: ignore[attr-defined]
+        assert isinstance(lines, io.IOBase)
+        lines.seek(0)
         first = outcome.seconds
         outcome = check_lines(lines, efficiency=efficiency, engine=engine, progress=progress,
                               parser=parser, stops=stops, posts_in_parts=True)
@@ -500,11 +502,10 @@ def check_lines(
     )
 
 
-def _rewindable(lines: Iterable[bytes]) -> bool:
-    """Whether ``lines`` is a file that can be read again from its start."""
-    seekable = getattr(lines, "seekable", None)
+def _at_start(f: io.IOBase) -> bool:
+    """Whether the file ``f`` is at its start and can be read again from there."""
     try:
-        return callable(seekable) and bool(seekable()) and lines.tell() == 0  # type: ignore[attr-defined]
+        return f.seekable() and f.tell() == 0
     except (OSError, ValueError):
         return False
 
