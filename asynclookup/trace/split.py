@@ -127,9 +127,9 @@ def check_part(
     cuts: list[Cut] | None = None, parser: str = "json", posts_in_parts: bool = True,
 ) -> dict[str, Any]:
     """Check chunk ``index`` of ``plan(path, jobs)`` (``cuts``: that plan, when known;
-    ``parser``, ``posts_in_parts``: as for ``check_lines``; ``parallel`` checks again
-    in one pass what a chunk checked with posts together finds); its result as
-    JSON-ready data."""
+    ``parser``, ``posts_in_parts``: as for ``check_lines``; ``parallel`` checks every
+    chunk again with posts in parts when those held together find something); its
+    result as JSON-ready data."""
     started = time.process_time()
     if cuts is None:
         cuts = plan(path, jobs)
