@@ -29,7 +29,7 @@ ELSEWHERE_PACKAGES = {
 SHAPES_FUZZED = {
     "renamed:Invalidating", "context_cleanup:ContextCleanup", "verdicts:EnumVerdicts",
     "verdicts:IntVerdicts", "pool:Pooled", "no_cleanup:NoCleanup", "sized:SizedPool",
-    "drained:NeedsDrain",
+    "drained:NeedsDrain", "per_result:OnePerPost",
 }
 
 
