@@ -27,6 +27,7 @@ it asserts nothing (tests/test_conformance_outside.py does).
 from __future__ import annotations
 
 import argparse
+import collections
 import statistics
 import sys
 import time
@@ -138,9 +139,7 @@ def label(impl: str, qualified: bool = False) -> str:
 def labels(impls: list[str]) -> dict[str, str]:
     """Each class's name in the table (``label``), qualified by its module where two
     classes share one, so that no class is left out."""
-    counts: dict[str, int] = {}
-    for impl in impls:
-        counts[label(impl)] = counts.get(label(impl), 0) + 1
+    counts = collections.Counter(label(impl) for impl in impls)
     return {label(impl, counts[label(impl)] > 1): impl for impl in impls}
 
 

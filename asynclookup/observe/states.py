@@ -470,14 +470,8 @@ def _hidden_steps(h: H, in_parts: bool) -> list[H]:
     (``Checker._close``): take the next batch, post everything answered, and when
     ``in_parts``, post the first n answered results for each shorter n
     (``asynclookup.spec.core.posts``)."""
-    out = []
-    taken = take_step(h)
-    if taken is not None:
-        out.append(taken)
+    out = [nxt for nxt in (take_step(h), post_step(h)) if nxt is not None]
     answered = h[5]
-    if answered:
-        out.append((h[0], h[1], h[2], h[3], h[4], (), h[6] + answered, h[7]))
-        for n in range(1, len(answered) if in_parts else 0):
-            out.append((h[0], h[1], h[2], h[3], h[4], answered[n:], h[6] + answered[:n],
-                        h[7]))
+    for n in range(1, len(answered) if in_parts else 0):
+        out.append((h[0], h[1], h[2], h[3], h[4], answered[n:], h[6] + answered[:n], h[7]))
     return out
